@@ -1,0 +1,642 @@
+//! Configuration: the TOML file (or the `OPENAI_*` environment variables) turned
+//! into one validated [`Config`] value that is handed down to everything else.
+//!
+//! This module owns where the file is looked for, what every key means, and the
+//! one-line error a bad file produces. It knows nothing of ACP, the model API or
+//! tools: other modules receive typed values and never read the environment or
+//! the file themselves. The only environment it reads is at load time: the
+//! lookup variables and the variables named by `api_key_env`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Environment variable that names the config file when `--config` is absent.
+pub const CONFIG_ENV: &str = "LATHE_CONFIG";
+
+/// Everything lathe needs to know, validated.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where this configuration came from, for messages.
+    pub source: ConfigSource,
+    /// Key of the model a new session starts with; always present in `models`.
+    pub default_model: String,
+    /// Configured models by key, in key order.
+    pub models: BTreeMap<String, ModelConfig>,
+    /// Turn-level limits.
+    pub agent: AgentSettings,
+    /// Timeouts for talking to model endpoints.
+    pub network: NetworkSettings,
+    /// Limits on what the editor may send.
+    pub protocol: ProtocolSettings,
+}
+
+/// Where the configuration came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigSource {
+    /// A TOML file.
+    File(PathBuf),
+    /// No file: the `OPENAI_*` environment variables.
+    Environment,
+    /// No file and no `OPENAI_*` variables: there is no usable model.
+    Unconfigured,
+}
+
+impl fmt::Display for ConfigSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigSource::File(path) => write!(f, "{}", path.display()),
+            ConfigSource::Environment => f.write_str("environment (OPENAI_BASE_URL, OPENAI_API_KEY, OPENAI_MODEL)"),
+            ConfigSource::Unconfigured => f.write_str("nothing (no config file, no OPENAI_API_KEY/OPENAI_BASE_URL)"),
+        }
+    }
+}
+
+/// One OpenAI-compatible model endpoint.
+#[derive(Clone)]
+pub struct ModelConfig {
+    /// The key under `[models.<key>]`.
+    pub key: String,
+    /// Base URL up to and including the version segment, e.g. `http://127.0.0.1:11434/v1`.
+    pub base_url: String,
+    /// The model name sent in each request.
+    pub model: String,
+    /// Human name shown in editor pickers.
+    pub display_name: String,
+    /// Name of the environment variable that held the key, for messages.
+    pub api_key_env: Option<String>,
+    /// The key itself, read from `api_key_env` at load time. Never logged.
+    pub api_key: Option<ApiKey>,
+    /// Context window in tokens, the `size` of `usage_update`.
+    pub context_window: u64,
+    /// Cap on tokens generated per request.
+    pub max_output_tokens: Option<u32>,
+    /// Which request field carries `max_output_tokens`.
+    pub max_tokens_field: MaxTokensField,
+    /// Sampling temperature; the server's default when absent.
+    pub temperature: Option<f32>,
+    /// `reasoning_effort` sent with each request when set.
+    pub reasoning_effort: Option<String>,
+    /// Whether the model accepts images.
+    pub vision: bool,
+    /// Whether to ask for `stream_options.include_usage`.
+    pub stream_usage: bool,
+    /// Extra HTTP headers sent with each request.
+    pub headers: BTreeMap<String, String>,
+    /// Extra top-level JSON fields merged into each request body.
+    pub extra_body: serde_json::Map<String, serde_json::Value>,
+}
+
+impl fmt::Debug for ModelConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ModelConfig")
+            .field("key", &self.key)
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .field("api_key_env", &self.api_key_env)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("context_window", &self.context_window)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An API key. Its `Debug` and `Display` never show the key.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    /// Wraps a key.
+    pub fn new(key: impl Into<String>) -> Self {
+        Self(key.into())
+    }
+
+    /// The key, for the one place that puts it in a header.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiKey(<redacted>)")
+    }
+}
+
+/// Which JSON field carries the output-token cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MaxTokensField {
+    /// `max_tokens`: what most OpenAI-compatible servers accept.
+    MaxTokens,
+    /// `max_completion_tokens`: what OpenAI's own API wants (required by its reasoning models).
+    MaxCompletionTokens,
+}
+
+/// Limits of one prompt turn.
+#[derive(Debug, Clone)]
+pub struct AgentSettings {
+    /// Model requests one `session/prompt` may make before it stops with `max_turn_requests`.
+    pub max_model_requests_per_turn: u32,
+}
+
+/// Timeouts for model endpoints.
+#[derive(Debug, Clone)]
+pub struct NetworkSettings {
+    /// Time allowed to open the connection and receive response headers.
+    pub connect_timeout: Duration,
+    /// Time allowed for the response to start, headers received, before giving up.
+    pub response_timeout: Duration,
+    /// Longest silence tolerated inside a streaming response.
+    pub stream_idle_timeout: Duration,
+}
+
+/// Limits on the editor's side of the wire.
+#[derive(Debug, Clone)]
+pub struct ProtocolSettings {
+    /// Longest accepted JSON-RPC line, in bytes; longer lines are answered with an error and skipped.
+    pub max_message_bytes: usize,
+}
+
+impl Default for AgentSettings {
+    fn default() -> Self {
+        Self { max_model_requests_per_turn: 100 }
+    }
+}
+
+impl Default for NetworkSettings {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(30),
+            response_timeout: Duration::from_secs(300),
+            stream_idle_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+impl Default for ProtocolSettings {
+    fn default() -> Self {
+        Self { max_message_bytes: 64 * 1024 * 1024 }
+    }
+}
+
+/// Why a configuration could not be loaded. `Display` is one line naming the
+/// file, and where known the line and the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{path}: cannot read config file: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML, or a key has the wrong type or is unknown.
+    #[error("{path}:{line}: {key}{message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line of the problem (0 when unknown).
+        line: usize,
+        /// `key: ` prefix naming the offending key, or empty.
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The values parse but do not make sense together.
+    #[error("{path}: {key}: {message}")]
+    Invalid {
+        /// The file, or the environment.
+        path: String,
+        /// The offending key.
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// The raw file, every field optional, unknown keys rejected.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ConfigToml {
+    default_model: Option<String>,
+    #[serde(default)]
+    models: BTreeMap<String, ModelToml>,
+    #[serde(default)]
+    agent: AgentToml,
+    #[serde(default)]
+    network: NetworkToml,
+    #[serde(default)]
+    protocol: ProtocolToml,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ModelToml {
+    base_url: String,
+    model: String,
+    display_name: Option<String>,
+    api_key_env: Option<String>,
+    context_window: Option<u64>,
+    max_output_tokens: Option<u32>,
+    max_tokens_field: Option<MaxTokensField>,
+    temperature: Option<f32>,
+    reasoning_effort: Option<String>,
+    #[serde(default)]
+    vision: bool,
+    stream_usage: Option<bool>,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+    #[serde(default)]
+    extra_body: toml::Table,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct AgentToml {
+    max_model_requests_per_turn: Option<u32>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct NetworkToml {
+    connect_timeout_secs: Option<f64>,
+    response_timeout_secs: Option<f64>,
+    stream_idle_timeout_secs: Option<f64>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ProtocolToml {
+    max_message_bytes: Option<usize>,
+}
+
+/// Context window assumed when a model does not say.
+pub const DEFAULT_CONTEXT_WINDOW: u64 = 128_000;
+
+/// Where to look for the config file: `--config`, then `LATHE_CONFIG`, then
+/// `$XDG_CONFIG_HOME/lathe/config.toml` (`~/.config/lathe/config.toml`).
+/// Returns the path and whether it was named explicitly (an explicit path must exist).
+pub fn locate(cli_path: Option<&Path>, env: &dyn Fn(&str) -> Option<String>) -> Option<(PathBuf, bool)> {
+    if let Some(path) = cli_path {
+        return Some((path.to_path_buf(), true));
+    }
+    if let Some(path) = env(CONFIG_ENV).filter(|p| !p.is_empty()) {
+        return Some((PathBuf::from(path), true));
+    }
+    let config_home = env("XDG_CONFIG_HOME")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| env("HOME").filter(|h| !h.is_empty()).map(|h| Path::new(&h).join(".config")))?;
+    Some((config_home.join("lathe").join("config.toml"), false))
+}
+
+impl Config {
+    /// Loads the configuration the way the binary does: the located file if it
+    /// exists (an explicitly named one must), else the `OPENAI_*` variables.
+    pub fn load(cli_path: Option<&Path>, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        match locate(cli_path, env) {
+            Some((path, explicit)) => match std::fs::read_to_string(&path) {
+                Ok(text) => Config::from_toml_str(&text, &path, env),
+                Err(err) if !explicit && err.kind() == std::io::ErrorKind::NotFound => Ok(Config::from_env(env)),
+                Err(source) => Err(ConfigError::Read { path, source }),
+            },
+            None => Ok(Config::from_env(env)),
+        }
+    }
+
+    /// The configuration when there is no file: one model `default` from
+    /// `OPENAI_BASE_URL` (default `https://api.openai.com/v1`), `OPENAI_API_KEY`
+    /// and `OPENAI_MODEL` (default `gpt-4.1`). With neither a key nor a base URL
+    /// the source is [`ConfigSource::Unconfigured`] and prompts explain how to configure.
+    pub fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Config {
+        let key = env("OPENAI_API_KEY").filter(|k| !k.is_empty());
+        let base_url = env("OPENAI_BASE_URL").filter(|u| !u.is_empty());
+        let source =
+            if key.is_some() || base_url.is_some() { ConfigSource::Environment } else { ConfigSource::Unconfigured };
+        let base_url = base_url.unwrap_or_else(|| "https://api.openai.com/v1".to_owned());
+        let model = env("OPENAI_MODEL").filter(|m| !m.is_empty()).unwrap_or_else(|| "gpt-4.1".to_owned());
+        let max_tokens_field = default_max_tokens_field(&base_url);
+        let model_config = ModelConfig {
+            key: "default".to_owned(),
+            display_name: model.clone(),
+            base_url: trim_base_url(&base_url),
+            model,
+            api_key_env: Some("OPENAI_API_KEY".to_owned()),
+            api_key: key.map(ApiKey::new),
+            context_window: DEFAULT_CONTEXT_WINDOW,
+            max_output_tokens: None,
+            max_tokens_field,
+            temperature: None,
+            reasoning_effort: None,
+            vision: false,
+            stream_usage: true,
+            headers: BTreeMap::new(),
+            extra_body: serde_json::Map::new(),
+        };
+        Config {
+            source,
+            default_model: "default".to_owned(),
+            models: BTreeMap::from([("default".to_owned(), model_config)]),
+            agent: AgentSettings::default(),
+            network: NetworkSettings::default(),
+            protocol: ProtocolSettings::default(),
+        }
+    }
+
+    /// Parses and validates TOML text; `path` is used in messages only.
+    pub fn from_toml_str(text: &str, path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let raw = parse_toml(text, path)?;
+        let invalid = |key: &str, message: String| ConfigError::Invalid {
+            path: path.display().to_string(),
+            key: key.to_owned(),
+            message,
+        };
+        if raw.models.is_empty() {
+            return Err(invalid("models", "no [models.<name>] table: configure at least one model".to_owned()));
+        }
+        let default_model = match raw.default_model {
+            Some(name) if raw.models.contains_key(&name) => name,
+            Some(name) => {
+                let known: Vec<&str> = raw.models.keys().map(String::as_str).collect();
+                return Err(invalid(
+                    "default_model",
+                    format!("\"{name}\" is not one of the configured models ({})", known.join(", ")),
+                ));
+            }
+            None if raw.models.len() == 1 => raw.models.keys().next().cloned().unwrap_or_default(),
+            None => {
+                return Err(invalid(
+                    "default_model",
+                    "several models are configured: say which one is the default".to_owned(),
+                ));
+            }
+        };
+        let mut models = BTreeMap::new();
+        for (key, m) in raw.models {
+            let at = |field: &str| format!("models.{key}.{field}");
+            if !(m.base_url.starts_with("http://") || m.base_url.starts_with("https://")) {
+                return Err(invalid(
+                    &at("base_url"),
+                    format!("\"{}\" must start with http:// or https://", m.base_url),
+                ));
+            }
+            if m.model.trim().is_empty() {
+                return Err(invalid(&at("model"), "must not be empty".to_owned()));
+            }
+            let context_window = m.context_window.unwrap_or(DEFAULT_CONTEXT_WINDOW);
+            if context_window == 0 {
+                return Err(invalid(&at("context_window"), "must be greater than 0".to_owned()));
+            }
+            if let Some(t) = m.temperature
+                && !(0.0..=2.0).contains(&t)
+            {
+                return Err(invalid(&at("temperature"), format!("{t} is outside 0.0..=2.0")));
+            }
+            for name in m.headers.keys() {
+                if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+                    return Err(invalid(&at("headers"), format!("\"{name}\" is not a valid header name")));
+                }
+            }
+            let extra_body = match serde_json::to_value(&m.extra_body) {
+                Ok(serde_json::Value::Object(map)) => map,
+                Ok(_) | Err(_) => return Err(invalid(&at("extra_body"), "must be a table".to_owned())),
+            };
+            let api_key = match &m.api_key_env {
+                Some(var) => {
+                    let value = env(var).filter(|v| !v.is_empty());
+                    if value.is_none() {
+                        tracing::warn!(model = %key, variable = %var, "api_key_env names a variable that is not set; requests go out without an API key");
+                    }
+                    value.map(ApiKey::new)
+                }
+                None => None,
+            };
+            let max_tokens_field = m.max_tokens_field.unwrap_or_else(|| default_max_tokens_field(&m.base_url));
+            models.insert(
+                key.clone(),
+                ModelConfig {
+                    display_name: m.display_name.unwrap_or_else(|| m.model.clone()),
+                    key,
+                    base_url: trim_base_url(&m.base_url),
+                    model: m.model,
+                    api_key_env: m.api_key_env,
+                    api_key,
+                    context_window,
+                    max_output_tokens: m.max_output_tokens,
+                    max_tokens_field,
+                    temperature: m.temperature,
+                    reasoning_effort: m.reasoning_effort,
+                    vision: m.vision,
+                    stream_usage: m.stream_usage.unwrap_or(true),
+                    headers: m.headers,
+                    extra_body,
+                },
+            );
+        }
+        let agent = AgentSettings {
+            max_model_requests_per_turn: match raw.agent.max_model_requests_per_turn {
+                Some(0) => return Err(invalid("agent.max_model_requests_per_turn", "must be at least 1".to_owned())),
+                Some(n) => n,
+                None => AgentSettings::default().max_model_requests_per_turn,
+            },
+        };
+        let defaults = NetworkSettings::default();
+        let seconds = |value: Option<f64>, key: &str, default: Duration| -> Result<Duration, ConfigError> {
+            match value {
+                None => Ok(default),
+                Some(s) if s.is_finite() && s > 0.0 && s < 1e9 => Ok(Duration::from_secs_f64(s)),
+                Some(s) => Err(invalid(key, format!("{s} is not a positive number of seconds"))),
+            }
+        };
+        let network = NetworkSettings {
+            connect_timeout: seconds(
+                raw.network.connect_timeout_secs,
+                "network.connect_timeout_secs",
+                defaults.connect_timeout,
+            )?,
+            response_timeout: seconds(
+                raw.network.response_timeout_secs,
+                "network.response_timeout_secs",
+                defaults.response_timeout,
+            )?,
+            stream_idle_timeout: seconds(
+                raw.network.stream_idle_timeout_secs,
+                "network.stream_idle_timeout_secs",
+                defaults.stream_idle_timeout,
+            )?,
+        };
+        let protocol = ProtocolSettings {
+            max_message_bytes: match raw.protocol.max_message_bytes {
+                Some(n) if n < 1024 => {
+                    return Err(invalid("protocol.max_message_bytes", format!("{n} is too small (minimum 1024)")));
+                }
+                Some(n) => n,
+                None => ProtocolSettings::default().max_message_bytes,
+            },
+        };
+        Ok(Config { source: ConfigSource::File(path.to_path_buf()), default_model, models, agent, network, protocol })
+    }
+
+    /// The model a new session starts with.
+    pub fn default_model(&self) -> Option<&ModelConfig> {
+        self.models.get(&self.default_model)
+    }
+}
+
+fn parse_toml(text: &str, path: &Path) -> Result<ConfigToml, ConfigError> {
+    let parse_error =
+        |line: usize, key: String, message: String| ConfigError::Parse { path: path.to_path_buf(), line, key, message };
+    let deserializer = toml::Deserializer::parse(text).map_err(|err| {
+        let line = err.span().map(|span| line_of(text, span.start)).unwrap_or(0);
+        parse_error(line, String::new(), one_line(err.message()))
+    })?;
+    serde_path_to_error::deserialize::<_, ConfigToml>(deserializer).map_err(|err| {
+        let key = err.path().to_string();
+        let inner = err.into_inner();
+        let line = inner.span().map(|span| line_of(text, span.start)).unwrap_or(0);
+        let key = if key.is_empty() || key == "." { String::new() } else { format!("{key}: ") };
+        parse_error(line, key, one_line(inner.message()))
+    })
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text.as_bytes().iter().take(offset).filter(|&&b| b == b'\n').count() + 1
+}
+
+fn one_line(message: &str) -> String {
+    message.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn trim_base_url(url: &str) -> String {
+    url.trim_end_matches('/').to_owned()
+}
+
+fn default_max_tokens_field(base_url: &str) -> MaxTokensField {
+    if base_url.contains("api.openai.com") { MaxTokensField::MaxCompletionTokens } else { MaxTokensField::MaxTokens }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::from_toml_str(text, Path::new("/cfg/config.toml"), &no_env)
+    }
+
+    #[test]
+    fn the_documented_shape_parses() {
+        let env = |name: &str| (name == "OLLAMA_API_KEY").then(|| "secret-key".to_owned());
+        let config = Config::from_toml_str(
+            r#"
+default_model = "local"
+
+[models.local]
+base_url = "http://127.0.0.1:11434/v1/"
+model = "qwen2.5-coder:14b"
+api_key_env = "OLLAMA_API_KEY"
+context_window = 32768
+max_output_tokens = 8192
+"#,
+            Path::new("/cfg/config.toml"),
+            &env,
+        )
+        .unwrap();
+        let model = config.default_model().unwrap();
+        assert_eq!(model.base_url, "http://127.0.0.1:11434/v1");
+        assert_eq!(model.model, "qwen2.5-coder:14b");
+        assert_eq!(model.context_window, 32768);
+        assert_eq!(model.max_output_tokens, Some(8192));
+        assert_eq!(model.api_key.as_ref().unwrap().expose(), "secret-key");
+        assert_eq!(model.max_tokens_field, MaxTokensField::MaxTokens);
+        assert!(!format!("{model:?}").contains("secret-key"));
+    }
+
+    #[test]
+    fn a_wrong_type_names_file_line_and_key() {
+        let err = parse(
+            "default_model = \"m\"\n[models.m]\nbase_url = \"http://x/v1\"\nmodel = \"a\"\ncontext_window = \"big\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.starts_with("/cfg/config.toml:5: models.m.context_window: "), "{err}");
+        assert!(!err.contains('\n'));
+    }
+
+    #[test]
+    fn an_unknown_key_is_named() {
+        let err = parse("[models.m]\nbase_url = \"http://x/v1\"\nmodel = \"a\"\ncontext_windw = 3\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("/cfg/config.toml:4"), "{err}");
+        assert!(err.contains("context_windw"), "{err}");
+        assert!(!err.contains('\n'));
+    }
+
+    #[test]
+    fn broken_toml_is_one_line_with_a_line_number() {
+        let err = parse("[models.m\nbase_url = 1\n").unwrap_err().to_string();
+        assert!(err.starts_with("/cfg/config.toml:1: "), "{err}");
+        assert!(!err.contains('\n'));
+    }
+
+    #[test]
+    fn default_model_must_exist() {
+        let err = parse("default_model = \"nope\"\n[models.m]\nbase_url = \"http://x/v1\"\nmodel = \"a\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("default_model"), "{err}");
+        assert!(err.contains("nope"), "{err}");
+    }
+
+    #[test]
+    fn a_single_model_is_the_default() {
+        let config = parse("[models.only]\nbase_url = \"https://api.openai.com/v1\"\nmodel = \"gpt-4.1\"\n").unwrap();
+        assert_eq!(config.default_model, "only");
+        assert_eq!(config.default_model().unwrap().max_tokens_field, MaxTokensField::MaxCompletionTokens);
+    }
+
+    #[test]
+    fn environment_fallback() {
+        let env = |name: &str| match name {
+            "OPENAI_API_KEY" => Some("k".to_owned()),
+            "OPENAI_MODEL" => Some("gpt-x".to_owned()),
+            _ => None,
+        };
+        let config = Config::from_env(&env);
+        assert_eq!(config.source, ConfigSource::Environment);
+        let model = config.default_model().unwrap();
+        assert_eq!(model.base_url, "https://api.openai.com/v1");
+        assert_eq!(model.model, "gpt-x");
+        assert_eq!(Config::from_env(&no_env).source, ConfigSource::Unconfigured);
+    }
+
+    #[test]
+    fn lookup_order() {
+        let env = |name: &str| match name {
+            "LATHE_CONFIG" => Some("/from/env.toml".to_owned()),
+            "HOME" => Some("/home/u".to_owned()),
+            _ => None,
+        };
+        assert_eq!(locate(Some(Path::new("/cli.toml")), &env), Some((PathBuf::from("/cli.toml"), true)));
+        assert_eq!(locate(None, &env), Some((PathBuf::from("/from/env.toml"), true)));
+        let home_only = |name: &str| (name == "HOME").then(|| "/home/u".to_owned());
+        assert_eq!(locate(None, &home_only), Some((PathBuf::from("/home/u/.config/lathe/config.toml"), false)));
+        let xdg = |name: &str| (name == "XDG_CONFIG_HOME").then(|| "/xdg".to_owned());
+        assert_eq!(locate(None, &xdg), Some((PathBuf::from("/xdg/lathe/config.toml"), false)));
+    }
+
+    #[test]
+    fn the_example_config_parses() {
+        let text = include_str!("../config.example.toml");
+        let config = Config::from_toml_str(text, Path::new("config.example.toml"), &no_env).unwrap();
+        assert!(config.models.len() >= 6, "presets for OpenAI, OpenRouter, Ollama, vLLM, llama.cpp, LM Studio");
+    }
+}

@@ -1,0 +1,43 @@
+//! lathe: a coding agent that editors start as a subprocess and talk to over
+//! the Agent Client Protocol (JSON-RPC 2.0, one message per line on
+//! stdin/stdout), driving any OpenAI-compatible chat-completions endpoint.
+//!
+//! # Module map
+//!
+//! ```text
+//! main.rs     CLI, logging to stderr, config loading, signals -> lathe::serve_stdio
+//! acp/        the only module that knows ACP types: dispatch, prompt content,
+//!             agent events -> session/update, stop reasons and errors -> responses
+//! rpc         JSON-RPC 2.0 framing, the single ordered writer, outgoing calls
+//! agent       the turn loop: sample, stream events, (run tools), repeat; emits AgentEvents
+//! session     session state: roots, conversation, the running turn's token
+//! model/      OpenAI-compatible streaming client; pure chunk decoder (decode.rs)
+//! prompt      the system prompt from prompts/*.md
+//! config      TOML / environment -> validated Config
+//! ```
+//!
+//! Knowledge flows one way: `acp -> agent -> {model, session, prompt} -> config`,
+//! with `rpc` under `acp`. The agent reaches the editor only through the
+//! [`agent::EventSink`] seam that `acp` implements.
+//!
+//! Stdout carries the protocol and nothing else: this crate never prints
+//! (`clippy::print_stdout` is denied) and logs through `tracing` to stderr.
+
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+#![warn(missing_docs)]
+
+pub mod acp;
+pub mod agent;
+pub mod config;
+pub mod model;
+pub mod prompt;
+pub mod rpc;
+pub mod session;
+
+pub use acp::serve;
+
+/// Serves ACP on this process's stdin and stdout until stdin closes or
+/// `shutdown` resolves.
+pub async fn serve_stdio(config: config::Config, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
+    serve(config, tokio::io::stdin(), tokio::io::stdout(), shutdown).await
+}

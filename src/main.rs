@@ -1,0 +1,132 @@
+//! The `lathe` binary: parse the command line, send logs to stderr (or a
+//! file), load the configuration, and serve ACP on stdio until the editor
+//! closes stdin or a signal arrives. `anyhow` lives here and nowhere else.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use lathe::config::{Config, ConfigSource};
+
+/// A coding agent for your editor: speaks the Agent Client Protocol on
+/// stdin/stdout and drives any OpenAI-compatible model.
+///
+/// Editors (Zed, JetBrains, Neovim, Emacs, acpx) start `lathe` as a
+/// subprocess; there is nothing to type. Configuration is read from --config,
+/// else $LATHE_CONFIG, else $XDG_CONFIG_HOME/lathe/config.toml
+/// (~/.config/lathe/config.toml), else the OPENAI_BASE_URL, OPENAI_API_KEY
+/// and OPENAI_MODEL environment variables.
+#[derive(Debug, Parser)]
+#[command(name = "lathe", version, about, long_about)]
+struct Cli {
+    /// The config file to use.
+    #[arg(long, value_name = "PATH")]
+    config: Option<PathBuf>,
+    /// Log filter for stderr (or --log-file): error, warn, info, debug, trace,
+    /// or a tracing directive such as `lathe=debug`. Overrides RUST_LOG.
+    #[arg(long, value_name = "LEVEL")]
+    log_level: Option<String>,
+    /// Append logs to this file instead of stderr.
+    #[arg(long, value_name = "PATH")]
+    log_file: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("lathe: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    init_logging(cli.log_level.as_deref(), cli.log_file.as_deref())?;
+    let env = |name: &str| std::env::var(name).ok();
+    let config = match Config::load(cli.config.as_deref(), &env) {
+        Ok(config) => config,
+        Err(err) => {
+            eprintln!("lathe: {err}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    if std::io::stdin().is_terminal() {
+        greet(&config);
+    }
+    tracing::info!(config = %config.source, model = %config.default_model, "lathe {} starting", env!("CARGO_PKG_VERSION"));
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
+    let result = runtime.block_on(lathe::serve_stdio(config, shutdown_signal()));
+    // Do not wait for blocking work (a search walker, say) that ignored cancellation.
+    runtime.shutdown_timeout(Duration::from_millis(250));
+    result.context("serving ACP on stdio")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn init_logging(level: Option<&str>, file: Option<&std::path::Path>) -> anyhow::Result<()> {
+    use tracing_subscriber::EnvFilter;
+    let filter = match level {
+        Some(level) => {
+            EnvFilter::try_new(level).with_context(|| format!("--log-level {level:?} is not a valid filter"))?
+        }
+        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn,lathe=info")),
+    };
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match file {
+        Some(path) => {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .with_context(|| format!("cannot open the log file {}", path.display()))?;
+            builder.with_ansi(false).with_writer(std::sync::Mutex::new(file)).init();
+        }
+        None => builder.with_ansi(std::io::stderr().is_terminal()).with_writer(std::io::stderr).init(),
+    }
+    Ok(())
+}
+
+/// What a person who started lathe by hand sees on stderr.
+fn greet(config: &Config) {
+    eprintln!(
+        "lathe {} - a coding agent that speaks the Agent Client Protocol (ACP) on stdin/stdout.",
+        env!("CARGO_PKG_VERSION")
+    );
+    eprintln!("config: {}", config.source);
+    match (&config.source, config.default_model()) {
+        (ConfigSource::Unconfigured, _) | (_, None) => {
+            eprintln!("model:  none configured; see config.example.toml, or set OPENAI_API_KEY and OPENAI_MODEL")
+        }
+        (_, Some(model)) => eprintln!("model:  {} ({}) at {}", model.key, model.model, model.base_url),
+    }
+    eprintln!("lathe is meant to be started by an editor. For Zed, add to settings.json:");
+    eprintln!("  \"agent_servers\": {{ \"lathe\": {{ \"type\": \"custom\", \"command\": \"lathe\", \"args\": [] }} }}");
+    eprintln!("Now serving ACP on this terminal; type JSON-RPC lines, or press Ctrl-D to quit.");
+}
+
+#[cfg(unix)]
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut streams = Vec::new();
+    for kind in [SignalKind::terminate(), SignalKind::interrupt(), SignalKind::hangup()] {
+        match signal(kind) {
+            Ok(stream) => streams.push(stream),
+            Err(err) => tracing::warn!(%err, "cannot listen for a signal"),
+        }
+    }
+    if streams.is_empty() {
+        return std::future::pending().await;
+    }
+    let waits = streams.iter_mut().map(|s| Box::pin(async move { s.recv().await }));
+    futures_util::future::select_all(waits).await;
+}
+
+#[cfg(not(unix))]
+async fn shutdown_signal() {
+    let _ = tokio::signal::ctrl_c().await;
+}

@@ -1,0 +1,434 @@
+//! Turns decoded chat-completion chunks into model events and, at the end,
+//! one complete assistant output. Pure: no I/O, no clocks, no async.
+//!
+//! What it absorbs from real servers: tool calls whose id, name and arguments
+//! arrive in many fragments, several calls interleaved by `index`; servers that
+//! omit `index` or send each call whole; arguments sent as a JSON object
+//! instead of a string; reasoning under `reasoning_content` or `reasoning`;
+//! usage on the last chunk, on every chunk, or never; errors inside the stream.
+
+use crate::model::ToolCallRequest;
+use crate::model::wire::{ChatChunk, Delta, ToolCallDelta, WireUsage};
+
+/// Something the user can see as soon as it arrives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelEvent {
+    /// A piece of the answer.
+    Text(String),
+    /// A piece of the model's reasoning.
+    Reasoning(String),
+    /// The model began a tool call (its name is known; arguments still streaming).
+    ToolCallStarted {
+        /// Position among this response's calls.
+        position: usize,
+        /// The call id.
+        id: String,
+        /// The tool name.
+        name: String,
+    },
+}
+
+/// Why the model stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FinishReason {
+    /// A natural end.
+    Stop,
+    /// The output-token limit was reached.
+    Length,
+    /// The model wants tools run.
+    ToolCalls,
+    /// The provider's content filter stopped it.
+    ContentFilter,
+    /// Anything else the server said.
+    Other(String),
+}
+
+impl FinishReason {
+    fn parse(reason: &str) -> Self {
+        match reason {
+            "stop" | "end_turn" | "eos" | "stop_sequence" => FinishReason::Stop,
+            "length" | "max_tokens" => FinishReason::Length,
+            "tool_calls" | "function_call" | "tool_use" => FinishReason::ToolCalls,
+            "content_filter" | "safety" => FinishReason::ContentFilter,
+            other => FinishReason::Other(other.to_owned()),
+        }
+    }
+}
+
+/// Token counts of one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub input_tokens: u64,
+    /// Generated tokens.
+    pub output_tokens: u64,
+}
+
+/// Everything one model response produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelOutput {
+    /// The answer text.
+    pub text: String,
+    /// The reasoning text.
+    pub reasoning: String,
+    /// Completed tool calls, in order.
+    pub tool_calls: Vec<ToolCallRequest>,
+    /// Why it stopped.
+    pub finish_reason: FinishReason,
+    /// Token usage, when the server reported it.
+    pub usage: Option<Usage>,
+    /// Whether the model refused (an explicit `refusal`).
+    pub refused: bool,
+}
+
+/// The server reported an error inside the stream.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct StreamReportedError(pub String);
+
+#[derive(Debug, Default)]
+struct PartialCall {
+    index: Option<u32>,
+    id: String,
+    name: String,
+    arguments: String,
+    announced: bool,
+}
+
+/// Accumulates one response.
+#[derive(Debug, Default)]
+pub struct StreamDecoder {
+    text: String,
+    reasoning: String,
+    calls: Vec<PartialCall>,
+    finish_reason: Option<FinishReason>,
+    usage: Option<Usage>,
+    refused: bool,
+    id_prefix: String,
+}
+
+impl StreamDecoder {
+    /// A decoder; `id_prefix` names tool calls whose server gave no id.
+    pub fn new(id_prefix: impl Into<String>) -> Self {
+        Self { id_prefix: id_prefix.into(), ..Self::default() }
+    }
+
+    /// The answer text received so far.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The reasoning received so far.
+    pub fn reasoning(&self) -> &str {
+        &self.reasoning
+    }
+
+    /// Whether the server said why it stopped.
+    pub fn has_finish_reason(&self) -> bool {
+        self.finish_reason.is_some()
+    }
+
+    /// Feeds one chunk; events the user should see now go to `emit`.
+    pub fn push(&mut self, chunk: ChatChunk, emit: &mut impl FnMut(ModelEvent)) -> Result<(), StreamReportedError> {
+        if let Some(error) = chunk.error {
+            let message = error
+                .get("message")
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_owned)
+                .unwrap_or_else(|| error.to_string());
+            return Err(StreamReportedError(message));
+        }
+        if let Some(usage) = chunk.usage {
+            self.usage = Some(to_usage(usage));
+        }
+        for choice in chunk.choices {
+            if choice.index != 0 {
+                continue;
+            }
+            if let Some(delta) = choice.delta {
+                self.apply(delta, emit);
+            }
+            if let Some(message) = choice.message {
+                self.apply(message, emit);
+            }
+            if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {
+                self.finish_reason = Some(FinishReason::parse(&reason));
+            }
+        }
+        Ok(())
+    }
+
+    fn apply(&mut self, delta: Delta, emit: &mut impl FnMut(ModelEvent)) {
+        // Servers in transition send the same reasoning under both names: take one.
+        if let Some(reasoning) = delta.reasoning_content.or(delta.reasoning).filter(|r| !r.is_empty()) {
+            self.reasoning.push_str(&reasoning);
+            emit(ModelEvent::Reasoning(reasoning));
+        }
+        if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
+            self.text.push_str(&text);
+            emit(ModelEvent::Text(text));
+        }
+        if let Some(refusal) = delta.refusal.filter(|r| !r.is_empty()) {
+            self.refused = true;
+            self.text.push_str(&refusal);
+            emit(ModelEvent::Text(refusal));
+        }
+        for fragment in delta.tool_calls {
+            self.apply_tool_fragment(fragment, emit);
+        }
+    }
+
+    fn apply_tool_fragment(&mut self, fragment: ToolCallDelta, emit: &mut impl FnMut(ModelEvent)) {
+        let id = fragment.id.filter(|id| !id.is_empty());
+        let slot = match fragment.index {
+            Some(index) => match self.calls.iter().rposition(|c| c.index == Some(index)) {
+                // The same index with a different id is a new call (servers that
+                // number every call 0).
+                Some(at) if id.as_ref().is_none_or(|id| self.calls[at].id.is_empty() || *id == self.calls[at].id) => at,
+                _ => self.new_call(Some(index)),
+            },
+            None => match (self.calls.last(), &id) {
+                (Some(last), Some(id)) if !last.id.is_empty() && last.id != *id => self.new_call(None),
+                (Some(_), _) => self.calls.len() - 1,
+                (None, _) => self.new_call(None),
+            },
+        };
+        let position = slot;
+        let call = &mut self.calls[slot];
+        if let Some(id) = id
+            && call.id.is_empty()
+        {
+            call.id = id;
+        }
+        if let Some(function) = fragment.function {
+            if let Some(name) = function.name.filter(|n| !n.is_empty())
+                && name != call.name
+            {
+                call.name.push_str(&name);
+            }
+            match function.arguments {
+                Some(serde_json::Value::String(piece)) => call.arguments.push_str(&piece),
+                Some(serde_json::Value::Null) | None => {}
+                Some(whole) => call.arguments = whole.to_string(),
+            }
+        }
+        if !call.announced && !call.name.is_empty() {
+            call.announced = true;
+            if call.id.is_empty() {
+                call.id = format!("{}{position}", self.id_prefix);
+            }
+            emit(ModelEvent::ToolCallStarted { position, id: call.id.clone(), name: call.name.clone() });
+        }
+    }
+
+    fn new_call(&mut self, index: Option<u32>) -> usize {
+        self.calls.push(PartialCall { index, ..PartialCall::default() });
+        self.calls.len() - 1
+    }
+
+    /// The complete output. Calls without a name are dropped (nothing can run them).
+    pub fn finish(self) -> ModelOutput {
+        let id_prefix = self.id_prefix;
+        let tool_calls: Vec<ToolCallRequest> = self
+            .calls
+            .into_iter()
+            .enumerate()
+            .filter(|(_, call)| !call.name.is_empty())
+            .map(|(position, call)| ToolCallRequest {
+                id: if call.id.is_empty() { format!("{id_prefix}{position}") } else { call.id },
+                name: call.name,
+                arguments: if call.arguments.trim().is_empty() { "{}".to_owned() } else { call.arguments },
+            })
+            .collect();
+        let finish_reason = match self.finish_reason {
+            Some(reason) => reason,
+            None if !tool_calls.is_empty() => FinishReason::ToolCalls,
+            None => FinishReason::Stop,
+        };
+        ModelOutput {
+            text: self.text,
+            reasoning: self.reasoning,
+            tool_calls,
+            finish_reason,
+            usage: self.usage,
+            refused: self.refused,
+        }
+    }
+}
+
+fn to_usage(usage: WireUsage) -> Usage {
+    let output_tokens = match usage.total_tokens {
+        Some(total) if usage.completion_tokens == 0 && total > usage.prompt_tokens => total - usage.prompt_tokens,
+        _ => usage.completion_tokens,
+    };
+    Usage { input_tokens: usage.prompt_tokens, output_tokens }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn chunk(value: serde_json::Value) -> ChatChunk {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn run(chunks: Vec<serde_json::Value>) -> (Vec<ModelEvent>, ModelOutput) {
+        let mut decoder = StreamDecoder::new("call_");
+        let mut events = Vec::new();
+        for value in chunks {
+            decoder.push(chunk(value), &mut |e| events.push(e)).unwrap();
+        }
+        (events, decoder.finish())
+    }
+
+    fn delta(d: serde_json::Value) -> serde_json::Value {
+        json!({"choices":[{"index":0,"delta":d,"finish_reason":null}]})
+    }
+
+    fn finish(reason: &str) -> serde_json::Value {
+        json!({"choices":[{"index":0,"delta":{},"finish_reason":reason}]})
+    }
+
+    #[test]
+    fn text_and_both_reasoning_spellings() {
+        let (events, out) = run(vec![
+            delta(json!({"role":"assistant","content":""})),
+            delta(json!({"reasoning_content":"think "})),
+            delta(json!({"reasoning":"more"})),
+            delta(json!({"reasoning_content":"x","reasoning":"x"})),
+            delta(json!({"content":"Hel"})),
+            delta(json!({"content":"lo","reasoning_content":null})),
+            finish("stop"),
+            json!({"choices":[],"usage":{"prompt_tokens":11,"completion_tokens":7,"total_tokens":18}}),
+        ]);
+        assert_eq!(
+            events,
+            vec![
+                ModelEvent::Reasoning("think ".into()),
+                ModelEvent::Reasoning("more".into()),
+                ModelEvent::Reasoning("x".into()),
+                ModelEvent::Text("Hel".into()),
+                ModelEvent::Text("lo".into()),
+            ]
+        );
+        assert_eq!(out.text, "Hello");
+        assert_eq!(out.reasoning, "think morex");
+        assert_eq!(out.finish_reason, FinishReason::Stop);
+        assert_eq!(out.usage, Some(Usage { input_tokens: 11, output_tokens: 7 }));
+    }
+
+    #[test]
+    fn parallel_tool_calls_interleaved_by_index() {
+        let (events, out) = run(vec![
+            delta(
+                json!({"tool_calls":[{"index":0,"id":"a","type":"function","function":{"name":"read_file","arguments":""}}]}),
+            ),
+            delta(
+                json!({"tool_calls":[{"index":1,"id":"b","type":"function","function":{"name":"grep","arguments":"{\"pat"}}]}),
+            ),
+            delta(json!({"tool_calls":[{"index":0,"function":{"arguments":"{\"path\":"}}]})),
+            delta(json!({"tool_calls":[{"index":1,"function":{"arguments":"tern\":\"x\"}"}}]})),
+            delta(json!({"tool_calls":[{"index":0,"function":{"arguments":"\"a.rs\"}"}}]})),
+            finish("tool_calls"),
+        ]);
+        assert_eq!(
+            events,
+            vec![
+                ModelEvent::ToolCallStarted { position: 0, id: "a".into(), name: "read_file".into() },
+                ModelEvent::ToolCallStarted { position: 1, id: "b".into(), name: "grep".into() },
+            ]
+        );
+        assert_eq!(
+            out.tool_calls,
+            vec![
+                ToolCallRequest { id: "a".into(), name: "read_file".into(), arguments: r#"{"path":"a.rs"}"#.into() },
+                ToolCallRequest { id: "b".into(), name: "grep".into(), arguments: r#"{"pattern":"x"}"#.into() },
+            ]
+        );
+        assert_eq!(out.finish_reason, FinishReason::ToolCalls);
+    }
+
+    #[test]
+    fn calls_without_index_or_id_and_whole_object_arguments() {
+        let (_, out) = run(vec![
+            delta(json!({"tool_calls":[{"id":"x1","function":{"name":"a","arguments":{"k":1}}}]})),
+            delta(json!({"tool_calls":[{"id":"x2","function":{"name":"b","arguments":"{}"}}]})),
+            delta(json!({"tool_calls":[{"function":{"name":"c"}}]})),
+            delta(json!({"tool_calls":[{"function":{"arguments":"{\"z\":2}"}}]})),
+        ]);
+        let names: Vec<_> =
+            out.tool_calls.iter().map(|c| (c.id.as_str(), c.name.as_str(), c.arguments.as_str())).collect();
+        // The third fragment has no id and no index: it continues the last call.
+        assert_eq!(names, vec![("x1", "a", r#"{"k":1}"#), ("x2", "bc", r#"{}{"z":2}"#)]);
+        assert_eq!(out.finish_reason, FinishReason::ToolCalls);
+    }
+
+    #[test]
+    fn every_call_numbered_zero_with_distinct_ids() {
+        let (_, out) = run(vec![
+            delta(json!({"tool_calls":[{"index":0,"id":"p","function":{"name":"a","arguments":"{}"}}]})),
+            delta(json!({"tool_calls":[{"index":0,"id":"q","function":{"name":"b","arguments":"{}"}}]})),
+        ]);
+        assert_eq!(out.tool_calls.len(), 2);
+        assert_eq!(out.tool_calls[1].id, "q");
+    }
+
+    #[test]
+    fn missing_ids_are_generated_and_empty_arguments_become_an_object() {
+        let (events, out) = run(vec![delta(json!({"tool_calls":[{"index":0,"function":{"name":"plan"}}]}))]);
+        assert_eq!(events, vec![ModelEvent::ToolCallStarted { position: 0, id: "call_0".into(), name: "plan".into() }]);
+        assert_eq!(out.tool_calls[0].id, "call_0");
+        assert_eq!(out.tool_calls[0].arguments, "{}");
+    }
+
+    #[test]
+    fn a_whole_completion_reads_like_a_stream() {
+        let (events, out) = run(vec![json!({
+            "id":"x","object":"chat.completion",
+            "choices":[{"index":0,"message":{"role":"assistant","content":"whole answer"},"finish_reason":"length"}],
+            "usage":{"prompt_tokens":3,"completion_tokens":2}
+        })]);
+        assert_eq!(events, vec![ModelEvent::Text("whole answer".into())]);
+        assert_eq!(out.finish_reason, FinishReason::Length);
+    }
+
+    #[test]
+    fn finish_reasons() {
+        for (wire, expected) in [
+            ("stop", FinishReason::Stop),
+            ("length", FinishReason::Length),
+            ("tool_calls", FinishReason::ToolCalls),
+            ("content_filter", FinishReason::ContentFilter),
+            ("weird", FinishReason::Other("weird".into())),
+        ] {
+            assert_eq!(run(vec![finish(wire)]).1.finish_reason, expected);
+        }
+    }
+
+    #[test]
+    fn an_error_inside_the_stream_is_reported() {
+        let mut decoder = StreamDecoder::new("c");
+        let err = decoder
+            .push(chunk(json!({"error":{"message":"upstream overloaded","code":502}})), &mut |_| {})
+            .unwrap_err();
+        assert_eq!(err.0, "upstream overloaded");
+    }
+
+    #[test]
+    fn refusals_are_text_and_flagged() {
+        let (_, out) = run(vec![delta(json!({"refusal":"I can't help with that."}))]);
+        assert!(out.refused);
+        assert_eq!(out.text, "I can't help with that.");
+    }
+
+    #[test]
+    fn unknown_fields_and_nulls_are_tolerated() {
+        let (_, out) = run(vec![
+            json!({"choices":null,"usage":null,"system_fingerprint":"x"}),
+            json!({"choices":[{"delta":{"content":"a","tool_calls":null,"audio":{}},"logprobs":null}]}),
+            json!({}),
+        ]);
+        assert_eq!(out.text, "a");
+    }
+}

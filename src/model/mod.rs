@@ -1,0 +1,560 @@
+//! The model: the conversation types, and one streaming request to an
+//! OpenAI-compatible `chat/completions` endpoint.
+//!
+//! [`ModelClient`] owns the HTTP side (async-openai's client over our own
+//! tower service, so that nothing retries behind our back and the status,
+//! `Retry-After` and provider message of a failure are kept). [`decode`] turns
+//! chunks into events, purely. This module knows nothing of ACP or tools: it
+//! sends the messages and tool definitions it is given and reports what came back.
+
+pub mod decode;
+pub mod wire;
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_openai::config::OpenAIConfig;
+use async_openai::error::OpenAIError;
+use async_openai::middleware::HttpRequestFactory;
+use futures_util::{Stream, StreamExt};
+use serde::{Deserialize, Serialize};
+
+use crate::config::{ModelConfig, NetworkSettings};
+pub use decode::{FinishReason, ModelEvent, ModelOutput, StreamDecoder, Usage};
+use wire::{ChatChunk, ChatRequest};
+
+/// One message of the conversation, as lathe keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum Message {
+    /// What the user sent.
+    User {
+        /// Text and images.
+        parts: Vec<UserPart>,
+    },
+    /// What the model answered.
+    Assistant {
+        /// The answer text.
+        text: String,
+        /// The reasoning, kept for the record; not sent back to the model.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        reasoning: String,
+        /// Tool calls the model made.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<ToolCallRequest>,
+        /// The user cancelled this answer part-way.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        interrupted: bool,
+    },
+    /// The result of one tool call.
+    Tool {
+        /// The call this answers.
+        tool_call_id: String,
+        /// What the tool returned (or why it failed).
+        content: String,
+    },
+}
+
+/// A part of a user message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum UserPart {
+    /// Text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// An image, base64-encoded.
+    Image {
+        /// Its MIME type.
+        mime_type: String,
+        /// Base64 data.
+        data: String,
+    },
+}
+
+/// A tool call the model asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCallRequest {
+    /// The call id, echoed in the tool result.
+    pub id: String,
+    /// The tool name.
+    pub name: String,
+    /// The JSON arguments, as text (possibly invalid JSON: models make mistakes).
+    pub arguments: String,
+}
+
+/// A function tool offered to the model.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolDefinition {
+    r#type: &'static str,
+    function: FunctionDefinition,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct FunctionDefinition {
+    name: String,
+    description: String,
+    parameters: serde_json::Value,
+}
+
+impl ToolDefinition {
+    /// A function tool with a JSON Schema for its parameters.
+    pub fn function(name: impl Into<String>, description: impl Into<String>, parameters: serde_json::Value) -> Self {
+        Self {
+            r#type: "function",
+            function: FunctionDefinition { name: name.into(), description: description.into(), parameters },
+        }
+    }
+
+    /// The tool's name.
+    pub fn name(&self) -> &str {
+        &self.function.name
+    }
+}
+
+/// What kind of failure, for the client and for retry decisions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelErrorKind {
+    /// HTTP 429.
+    RateLimited,
+    /// HTTP 401/403.
+    Auth,
+    /// Another 4xx.
+    BadRequest,
+    /// The request did not fit the model's context.
+    ContextOverflow,
+    /// HTTP 5xx, or an error reported inside the stream.
+    Server,
+    /// No answer or a silent stream.
+    Timeout,
+    /// The connection failed or broke.
+    Network,
+    /// No usable model configuration.
+    Config,
+}
+
+/// Why a model request failed. `Display` is one sentence for the user.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ModelError {
+    /// The endpoint answered with an HTTP error status.
+    #[error("the model endpoint answered HTTP {status}: {message}")]
+    Http {
+        /// The status code.
+        status: u16,
+        /// The provider's own message.
+        message: String,
+        /// How long the provider asked us to wait.
+        retry_after: Option<Duration>,
+    },
+    /// The endpoint could not be reached.
+    #[error("could not reach the model endpoint {url}: {detail}")]
+    Connect {
+        /// The base URL.
+        url: String,
+        /// Why.
+        detail: String,
+    },
+    /// The endpoint accepted the connection but sent no response headers in time.
+    #[error("the model endpoint did not answer within {} s", .0.as_secs())]
+    ResponseTimeout(Duration),
+    /// The stream broke off before the model finished.
+    #[error("the model's response stream broke off: {0}")]
+    StreamDropped(String),
+    /// The stream went silent for too long.
+    #[error("the model's response stream stalled: nothing arrived for {} s", .0.as_secs())]
+    StreamStalled(Duration),
+    /// The provider reported an error inside the stream.
+    #[error("the model endpoint reported an error: {0}")]
+    Provider(String),
+    /// The response could not be understood.
+    #[error("the model endpoint sent a response lathe cannot read: {0}")]
+    InvalidResponse(String),
+    /// There is no usable model.
+    #[error("{0}")]
+    NotConfigured(String),
+}
+
+impl ModelError {
+    /// The category of this failure.
+    pub fn kind(&self) -> ModelErrorKind {
+        match self {
+            ModelError::Http { status: 429, .. } => ModelErrorKind::RateLimited,
+            ModelError::Http { status: 401 | 403, .. } => ModelErrorKind::Auth,
+            ModelError::Http { status: 413, .. } => ModelErrorKind::ContextOverflow,
+            ModelError::Http { status, message, .. } if (400..500).contains(status) => {
+                if looks_like_context_overflow(message) {
+                    ModelErrorKind::ContextOverflow
+                } else {
+                    ModelErrorKind::BadRequest
+                }
+            }
+            ModelError::Http { .. } | ModelError::Provider(_) | ModelError::InvalidResponse(_) => {
+                ModelErrorKind::Server
+            }
+            ModelError::Connect { .. } | ModelError::StreamDropped(_) => ModelErrorKind::Network,
+            ModelError::ResponseTimeout(_) | ModelError::StreamStalled(_) => ModelErrorKind::Timeout,
+            ModelError::NotConfigured(_) => ModelErrorKind::Config,
+        }
+    }
+
+    /// The HTTP status, when there was one.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ModelError::Http { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// The wait the provider asked for.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ModelError::Http { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+}
+
+fn looks_like_context_overflow(message: &str) -> bool {
+    let message = message.to_ascii_lowercase();
+    ["context length", "context_length", "context window", "maximum context", "too many tokens", "prompt is too long"]
+        .iter()
+        .any(|needle| message.contains(needle))
+}
+
+/// A client for one configured model.
+pub struct ModelClient {
+    client: async_openai::Client<OpenAIConfig>,
+    model: Arc<ModelConfig>,
+    stream_idle_timeout: Duration,
+    /// Cleared when the server rejects `stream_options`, so later requests omit it.
+    include_usage: AtomicBool,
+}
+
+impl std::fmt::Debug for ModelClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelClient").field("model", &self.model).finish_non_exhaustive()
+    }
+}
+
+impl ModelClient {
+    /// Builds the client. Cheap: no connection is made until the first request.
+    pub fn new(model: Arc<ModelConfig>, network: &NetworkSettings) -> Result<Self, ModelError> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(network.connect_timeout)
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|err| ModelError::NotConfigured(format!("cannot build the HTTP client: {err}")))?;
+        let mut openai_config = OpenAIConfig::new()
+            .with_api_base(model.base_url.clone())
+            .with_api_key(model.api_key.as_ref().map(|k| k.expose().to_owned()).unwrap_or_default())
+            .with_org_id("")
+            .with_project_id("");
+        for (name, value) in &model.headers {
+            let bad_header = |err: &dyn std::fmt::Display| {
+                ModelError::NotConfigured(format!("model \"{}\": header \"{name}\": {err}", model.key))
+            };
+            let header = reqwest::header::HeaderName::from_bytes(name.as_bytes()).map_err(|e| bad_header(&e))?;
+            openai_config = openai_config.with_header(header, value.as_str()).map_err(|e| bad_header(&e))?;
+        }
+        let service =
+            UpstreamService { http, response_timeout: network.response_timeout, base_url: model.base_url.clone() };
+        let client =
+            async_openai::Client::with_config(openai_config).with_http_service(tower::service_fn(move |factory| {
+                let service = service.clone();
+                async move { service.call(factory).await }
+            }));
+        Ok(Self {
+            client,
+            include_usage: AtomicBool::new(model.stream_usage),
+            model,
+            stream_idle_timeout: network.stream_idle_timeout,
+        })
+    }
+
+    /// The model this client talks to.
+    pub fn model(&self) -> &ModelConfig {
+        &self.model
+    }
+
+    /// Sends one streaming request and waits for the response to start.
+    /// Dropping the future or the stream closes the connection.
+    pub async fn stream(
+        &self,
+        system_prompt: &str,
+        messages: &[Message],
+        tools: &[ToolDefinition],
+    ) -> Result<ResponseStream, ModelError> {
+        let include_usage = self.include_usage.load(Ordering::Relaxed);
+        let request = ChatRequest::new(&self.model, system_prompt, messages, tools, include_usage);
+        match self.open(&request).await {
+            Err(ModelError::Http { status: 400 | 422, message, .. })
+                if include_usage && message.contains("stream_options") =>
+            {
+                tracing::info!(model = %self.model.key, "the endpoint rejects stream_options; retrying without it");
+                self.include_usage.store(false, Ordering::Relaxed);
+                let request = ChatRequest::new(&self.model, system_prompt, messages, tools, false);
+                self.open(&request).await
+            }
+            other => other,
+        }
+    }
+
+    async fn open(&self, request: &ChatRequest<'_>) -> Result<ResponseStream, ModelError> {
+        let stream = self.client.chat().create_stream_byot::<_, ChatChunk>(request).await.map_err(from_openai_error)?;
+        Ok(ResponseStream {
+            inner: stream,
+            idle_timeout: self.stream_idle_timeout,
+            idle: Box::pin(tokio::time::sleep(self.stream_idle_timeout)),
+            unreadable_events: 0,
+            readable_events: 0,
+        })
+    }
+}
+
+type ChunkStream = Pin<Box<dyn Stream<Item = Result<ChatChunk, OpenAIError>> + Send>>;
+
+/// The chunks of one streamed response.
+pub struct ResponseStream {
+    inner: ChunkStream,
+    idle_timeout: Duration,
+    idle: Pin<Box<tokio::time::Sleep>>,
+    unreadable_events: usize,
+    readable_events: usize,
+}
+
+impl ResponseStream {
+    /// The next chunk; `None` at the end of the stream. Events that are not
+    /// JSON are skipped (and logged); silence longer than the idle timeout is an error.
+    pub async fn next(&mut self) -> Option<Result<ChatChunk, ModelError>> {
+        loop {
+            let item = tokio::select! {
+                item = self.inner.next() => item,
+                () = &mut self.idle => return Some(Err(ModelError::StreamStalled(self.idle_timeout))),
+            };
+            let deadline = tokio::time::Instant::now() + self.idle_timeout;
+            self.idle.as_mut().reset(deadline);
+            match item {
+                Some(Ok(chunk)) => {
+                    self.readable_events += 1;
+                    return Some(Ok(chunk));
+                }
+                Some(Err(OpenAIError::JSONDeserialize(err, content))) => {
+                    self.unreadable_events += 1;
+                    tracing::warn!(%err, data = %truncate(&content, 200), "skipping an SSE event that is not a chat completion chunk");
+                }
+                Some(Err(err)) => return Some(Err(from_openai_error(err))),
+                None if self.readable_events == 0 && self.unreadable_events > 0 => {
+                    return Some(Err(ModelError::InvalidResponse(format!(
+                        "none of its {} events was a chat completion chunk",
+                        self.unreadable_events
+                    ))));
+                }
+                None => return None,
+            }
+        }
+    }
+}
+
+/// The HTTP layer under async-openai: sends the request, turns error statuses
+/// into [`ModelError::Http`] with the provider's message and `Retry-After`,
+/// and presents a plain JSON answer (a server that ignored `stream: true`) as
+/// a one-event stream.
+#[derive(Clone)]
+struct UpstreamService {
+    http: reqwest::Client,
+    response_timeout: Duration,
+    base_url: String,
+}
+
+/// Largest error or non-streamed body read from an endpoint.
+const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
+
+impl UpstreamService {
+    async fn call(&self, factory: HttpRequestFactory) -> Result<reqwest::Response, OpenAIError> {
+        let mut request = factory.build().await?;
+        // async-openai always sends a bearer token; with no key configured, send no header at all.
+        let empty_bearer = request
+            .headers()
+            .get(reqwest::header::AUTHORIZATION)
+            .is_some_and(|value| value.as_bytes().trim_ascii() == b"Bearer");
+        if empty_bearer {
+            request.headers_mut().remove(reqwest::header::AUTHORIZATION);
+        }
+        let response = match tokio::time::timeout(self.response_timeout, self.http.execute(request)).await {
+            Ok(Ok(response)) => response,
+            Ok(Err(err)) => {
+                return Err(boxed(ModelError::Connect { url: self.base_url.clone(), detail: describe_reqwest(&err) }));
+            }
+            Err(_) => return Err(boxed(ModelError::ResponseTimeout(self.response_timeout))),
+        };
+        let status = response.status();
+        if !status.is_success() {
+            let retry_after = response
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(parse_retry_after);
+            let body = read_capped(response).await.unwrap_or_default();
+            return Err(boxed(ModelError::Http {
+                status: status.as_u16(),
+                message: provider_message(&body, status),
+                retry_after,
+            }));
+        }
+        let is_json = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim_start().starts_with("application/json"));
+        if !is_json {
+            return Ok(response);
+        }
+        let body = read_capped(response).await.map_err(|err| boxed(ModelError::StreamDropped(err)))?;
+        let value: serde_json::Value = serde_json::from_slice(&body)
+            .map_err(|err| boxed(ModelError::InvalidResponse(format!("a JSON body that does not parse: {err}"))))?;
+        if value.get("choices").is_none()
+            && let Some(error) = value.get("error")
+        {
+            let message =
+                error.get("message").and_then(|m| m.as_str()).map(str::to_owned).unwrap_or_else(|| error.to_string());
+            return Err(boxed(ModelError::Provider(message)));
+        }
+        let mut sse = Vec::with_capacity(body.len() + 32);
+        sse.extend_from_slice(b"data: ");
+        serde_json::to_writer(&mut sse, &value).map_err(|err| boxed(ModelError::InvalidResponse(err.to_string())))?;
+        sse.extend_from_slice(b"\n\ndata: [DONE]\n\n");
+        let rebuilt = http::Response::builder()
+            .status(200)
+            .header(reqwest::header::CONTENT_TYPE, "text/event-stream")
+            .body(sse)
+            .map_err(|err| boxed(ModelError::InvalidResponse(err.to_string())))?;
+        Ok(reqwest::Response::from(rebuilt))
+    }
+}
+
+fn boxed(err: ModelError) -> OpenAIError {
+    OpenAIError::Boxed(Box::new(err))
+}
+
+async fn read_capped(mut response: reqwest::Response) -> Result<Vec<u8>, String> {
+    let mut body = Vec::new();
+    loop {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                if body.len() + chunk.len() > MAX_BODY_BYTES {
+                    return Err(format!("the response body is larger than {MAX_BODY_BYTES} bytes"));
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(None) => return Ok(body),
+            Err(err) => return Err(describe_reqwest(&err)),
+        }
+    }
+}
+
+/// The provider's own message from an error body: `error.message`, `message`,
+/// `detail` or `error` as a string, else the body text; one line, bounded.
+fn provider_message(body: &[u8], status: reqwest::StatusCode) -> String {
+    let parsed: Option<serde_json::Value> = serde_json::from_slice(body).ok();
+    let from_json = parsed.as_ref().and_then(|v| {
+        let candidates = [v.pointer("/error/message"), v.get("message"), v.get("detail"), v.get("error")];
+        candidates.into_iter().flatten().find_map(|c| c.as_str().map(str::to_owned))
+    });
+    let text = from_json.unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if text.is_empty() { status.canonical_reason().unwrap_or("no message").to_owned() } else { truncate(&text, 500) }
+}
+
+fn truncate(text: &str, max_chars: usize) -> String {
+    match text.char_indices().nth(max_chars) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_owned(),
+    }
+}
+
+/// `Retry-After` as seconds or as an HTTP date.
+pub fn parse_retry_after(value: &str) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(seconds) = value.parse::<f64>() {
+        return (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds.min(86_400.0)));
+    }
+    let when = httpdate::parse_http_date(value).ok()?;
+    Some(when.duration_since(std::time::SystemTime::now()).unwrap_or(Duration::ZERO))
+}
+
+fn describe_reqwest(err: &reqwest::Error) -> String {
+    use std::error::Error as _;
+    // reqwest's own message is generic ("error sending request"); the root cause says what happened.
+    let mut detail = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        detail = cause.to_string();
+        source = cause.source();
+    }
+    if err.is_timeout() { format!("timed out ({detail})") } else { detail }
+}
+
+fn from_openai_error(err: OpenAIError) -> ModelError {
+    match err {
+        OpenAIError::Boxed(inner) => match inner.downcast::<ModelError>() {
+            Ok(model_error) => *model_error,
+            Err(other) => ModelError::InvalidResponse(other.to_string()),
+        },
+        OpenAIError::ApiError(api) => ModelError::Http {
+            status: api.status_code.as_u16(),
+            message: api.api_error.message.clone(),
+            retry_after: None,
+        },
+        OpenAIError::Reqwest(err) => ModelError::StreamDropped(describe_reqwest(&err)),
+        OpenAIError::StreamError(err) => ModelError::StreamDropped(err.to_string()),
+        OpenAIError::JSONDeserialize(err, content) => {
+            ModelError::InvalidResponse(format!("{err}: {}", truncate(&content, 200)))
+        }
+        other => ModelError::InvalidResponse(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_forms() {
+        assert_eq!(parse_retry_after("3"), Some(Duration::from_secs(3)));
+        assert_eq!(parse_retry_after(" 1.5 "), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_retry_after("-1"), None);
+        assert_eq!(parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT"), Some(Duration::ZERO));
+        let in_a_minute = httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(60));
+        let wait = parse_retry_after(&in_a_minute).unwrap();
+        assert!(wait > Duration::from_secs(55) && wait <= Duration::from_secs(60), "{wait:?}");
+        assert_eq!(parse_retry_after("soon"), None);
+    }
+
+    #[test]
+    fn provider_messages() {
+        let status = reqwest::StatusCode::BAD_REQUEST;
+        assert_eq!(provider_message(br#"{"error":{"message":"bad model"}}"#, status), "bad model");
+        assert_eq!(provider_message(br#"{"detail":"nope"}"#, status), "nope");
+        assert_eq!(provider_message(br#"{"error":"plain"}"#, status), "plain");
+        assert_eq!(provider_message(b"<html>\n oops \n</html>", status), "<html> oops </html>");
+        assert_eq!(provider_message(b"", status), "Bad Request");
+    }
+
+    #[test]
+    fn error_kinds() {
+        let http = |status: u16, message: &str| ModelError::Http { status, message: message.into(), retry_after: None };
+        assert_eq!(http(429, "").kind(), ModelErrorKind::RateLimited);
+        assert_eq!(http(401, "").kind(), ModelErrorKind::Auth);
+        assert_eq!(
+            http(400, "This model's maximum context length is 8192 tokens").kind(),
+            ModelErrorKind::ContextOverflow
+        );
+        assert_eq!(http(404, "no such model").kind(), ModelErrorKind::BadRequest);
+        assert_eq!(http(503, "").kind(), ModelErrorKind::Server);
+        assert_eq!(ModelError::StreamStalled(Duration::from_secs(1)).kind(), ModelErrorKind::Timeout);
+    }
+}

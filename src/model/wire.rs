@@ -1,0 +1,290 @@
+//! The OpenAI chat-completions wire format as lathe sends and reads it.
+//!
+//! Requests are built from the conversation ([`crate::model::Message`]) by
+//! borrowing, so nothing is copied per request beyond the serialized bytes.
+//! Response chunks are decoded leniently: every field is optional, unknown
+//! fields are ignored, and the same type reads a streamed `chat.completion.chunk`
+//! (`delta`) and a whole `chat.completion` (`message`), because some servers
+//! ignore `stream: true`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::config::{MaxTokensField, ModelConfig};
+use crate::model::{Message, ToolDefinition, UserPart};
+
+/// The request body of `POST /chat/completions`.
+#[derive(Debug, Serialize)]
+pub struct ChatRequest<'a> {
+    model: &'a str,
+    messages: Vec<WireMessage<'a>>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    tools: &'a [ToolDefinition],
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_completion_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_effort: Option<&'a str>,
+    #[serde(flatten)]
+    extra: &'a serde_json::Map<String, Value>,
+}
+
+#[derive(Debug, Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+impl<'a> ChatRequest<'a> {
+    /// Builds the request for `model` over the system prompt, the conversation and the tools.
+    pub fn new(
+        model: &'a ModelConfig,
+        system_prompt: &'a str,
+        messages: &'a [Message],
+        tools: &'a [ToolDefinition],
+        include_usage: bool,
+    ) -> Self {
+        let mut wire = Vec::with_capacity(messages.len() + 1);
+        wire.push(WireMessage::System { content: system_prompt });
+        wire.extend(messages.iter().map(WireMessage::from));
+        let (max_tokens, max_completion_tokens) = match model.max_tokens_field {
+            MaxTokensField::MaxTokens => (model.max_output_tokens, None),
+            MaxTokensField::MaxCompletionTokens => (None, model.max_output_tokens),
+        };
+        ChatRequest {
+            model: &model.model,
+            messages: wire,
+            tools,
+            stream: true,
+            stream_options: include_usage.then_some(StreamOptions { include_usage: true }),
+            max_tokens,
+            max_completion_tokens,
+            temperature: model.temperature,
+            reasoning_effort: model.reasoning_effort.as_deref(),
+            extra: &model.extra_body,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+enum WireMessage<'a> {
+    System {
+        content: &'a str,
+    },
+    User {
+        content: UserContent<'a>,
+    },
+    Assistant {
+        // `null` (not absent, not "") when the message only calls tools: that
+        // is what OpenAI itself returns, so every compatible server accepts it.
+        content: Option<std::borrow::Cow<'a, str>>,
+        #[serde(skip_serializing_if = "<[_]>::is_empty")]
+        tool_calls: Vec<WireToolCall<'a>>,
+    },
+    Tool {
+        tool_call_id: &'a str,
+        content: &'a str,
+    },
+}
+
+/// A user message's content: a plain string when it is all text (the form
+/// every server accepts), else an array of parts.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+enum UserContent<'a> {
+    Text(std::borrow::Cow<'a, str>),
+    Parts(Vec<WirePart<'a>>),
+}
+
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum WirePart<'a> {
+    Text { text: &'a str },
+    ImageUrl { image_url: ImageUrl },
+}
+
+#[derive(Debug, Serialize)]
+struct ImageUrl {
+    url: String,
+}
+
+#[derive(Debug, Serialize)]
+struct WireToolCall<'a> {
+    id: &'a str,
+    r#type: &'static str,
+    function: WireFunction<'a>,
+}
+
+#[derive(Debug, Serialize)]
+struct WireFunction<'a> {
+    name: &'a str,
+    arguments: &'a str,
+}
+
+impl<'a> From<&'a Message> for WireMessage<'a> {
+    fn from(message: &'a Message) -> Self {
+        match message {
+            Message::User { parts } => {
+                let all_text = parts.iter().all(|p| matches!(p, UserPart::Text { .. }));
+                let content = if all_text {
+                    let mut texts = parts.iter().filter_map(|p| match p {
+                        UserPart::Text { text } => Some(text.as_str()),
+                        UserPart::Image { .. } => None,
+                    });
+                    match (texts.next(), texts.next()) {
+                        (None, _) => UserContent::Text("".into()),
+                        (Some(only), None) => UserContent::Text(only.into()),
+                        (Some(_), Some(_)) => UserContent::Text(
+                            parts
+                                .iter()
+                                .filter_map(|p| match p {
+                                    UserPart::Text { text } => Some(text.as_str()),
+                                    UserPart::Image { .. } => None,
+                                })
+                                .collect::<Vec<_>>()
+                                .join("\n\n")
+                                .into(),
+                        ),
+                    }
+                } else {
+                    UserContent::Parts(
+                        parts
+                            .iter()
+                            .map(|part| match part {
+                                UserPart::Text { text } => WirePart::Text { text },
+                                UserPart::Image { mime_type, data } => WirePart::ImageUrl {
+                                    image_url: ImageUrl { url: format!("data:{mime_type};base64,{data}") },
+                                },
+                            })
+                            .collect(),
+                    )
+                };
+                WireMessage::User { content }
+            }
+            Message::Assistant { text, tool_calls, interrupted, .. } => WireMessage::Assistant {
+                content: if *interrupted {
+                    // The model must know its last answer was cut off, or it will
+                    // carry on as if the user had read all of it.
+                    Some(format!("{text}\n\n[This response was interrupted by the user.]").into())
+                } else if text.is_empty() && !tool_calls.is_empty() {
+                    None
+                } else {
+                    Some(text.as_str().into())
+                },
+                tool_calls: tool_calls
+                    .iter()
+                    .map(|call| WireToolCall {
+                        id: &call.id,
+                        r#type: "function",
+                        function: WireFunction { name: &call.name, arguments: &call.arguments },
+                    })
+                    .collect(),
+            },
+            Message::Tool { tool_call_id, content } => WireMessage::Tool { tool_call_id, content },
+        }
+    }
+}
+
+/// One streamed chunk (or a whole non-streamed completion).
+#[derive(Debug, Default, Deserialize)]
+pub struct ChatChunk {
+    /// The choices; lathe reads index 0.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub choices: Vec<ChunkChoice>,
+    /// Token usage, usually on the last chunk.
+    #[serde(default)]
+    pub usage: Option<WireUsage>,
+    /// An error reported inside the stream (OpenRouter and others do this).
+    #[serde(default)]
+    pub error: Option<Value>,
+}
+
+/// One choice of a chunk.
+#[derive(Debug, Default, Deserialize)]
+pub struct ChunkChoice {
+    /// The choice index.
+    #[serde(default)]
+    pub index: u32,
+    /// The increment (streaming).
+    #[serde(default)]
+    pub delta: Option<Delta>,
+    /// The whole message (a non-streamed answer).
+    #[serde(default)]
+    pub message: Option<Delta>,
+    /// Why generation stopped, on the last chunk.
+    #[serde(default)]
+    pub finish_reason: Option<String>,
+}
+
+/// The increment of a message.
+#[derive(Debug, Default, Deserialize)]
+pub struct Delta {
+    /// Answer text.
+    #[serde(default)]
+    pub content: Option<String>,
+    /// Reasoning text, as DeepSeek, vLLM, llama.cpp and LM Studio name it.
+    #[serde(default)]
+    pub reasoning_content: Option<String>,
+    /// Reasoning text, as OpenRouter and Ollama name it.
+    #[serde(default)]
+    pub reasoning: Option<String>,
+    /// A refusal (OpenAI structured refusals).
+    #[serde(default)]
+    pub refusal: Option<String>,
+    /// Tool-call fragments.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub tool_calls: Vec<ToolCallDelta>,
+}
+
+/// A fragment of one tool call.
+#[derive(Debug, Default, Deserialize)]
+pub struct ToolCallDelta {
+    /// Which call this fragment belongs to; some servers omit it.
+    #[serde(default)]
+    pub index: Option<u32>,
+    /// The call id, on the first fragment.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// Name and argument fragments.
+    #[serde(default)]
+    pub function: Option<FunctionDelta>,
+}
+
+/// Name and arguments fragments of a tool call.
+#[derive(Debug, Default, Deserialize)]
+pub struct FunctionDelta {
+    /// The function name, on the first fragment.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// A piece of the JSON arguments. Some servers send an object instead of a string.
+    #[serde(default)]
+    pub arguments: Option<Value>,
+}
+
+/// Token usage as servers report it.
+#[derive(Debug, Default, Clone, Copy, Deserialize, PartialEq, Eq)]
+pub struct WireUsage {
+    /// Tokens in the prompt.
+    #[serde(default)]
+    pub prompt_tokens: u64,
+    /// Tokens generated.
+    #[serde(default)]
+    pub completion_tokens: u64,
+    /// Their sum, when given.
+    #[serde(default)]
+    pub total_tokens: Option<u64>,
+}
+
+fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
