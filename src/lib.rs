@@ -33,6 +33,7 @@ pub mod model;
 pub mod prompt;
 pub mod rpc;
 pub mod session;
+pub mod tools;
 
 pub use acp::serve;
 

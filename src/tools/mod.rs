@@ -1,0 +1,637 @@
+//! The tools the model can call: their definitions (names, JSON schemas,
+//! descriptions from `prompts/tools/<name>.md`), how a call is described
+//! before it runs (title, kind, locations, what it touches), and running it.
+//!
+//! A tool is `(arguments, context, token) -> outcome`. Tools know nothing of
+//! ACP or the model API: file and terminal access goes through the [`Host`]
+//! seam (local disk and processes, or the editor's `fs/*` and `terminal/*`
+//! methods, chosen by `acp`), and anything the user should see while a tool
+//! runs goes out through [`ToolContext::progress`]. Every wait inside a tool
+//! honours [`ToolContext::cancel`]; a cancelled tool returns promptly with
+//! [`OutcomeStatus::Cancelled`] after cleaning up (killing its processes,
+//! releasing terminals).
+//!
+//! Errors a model can act on (a missing file, a bad argument, a non-unique
+//! edit) are outcomes with [`OutcomeStatus::Failed`] and a message for the
+//! model, never a failed turn.
+
+pub mod fs;
+pub mod paths;
+pub mod search;
+pub mod shell;
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::model::ToolDefinition;
+
+/// Every built-in tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Tool {
+    /// Read a text file.
+    ReadFile,
+    /// Create or overwrite a file.
+    WriteFile,
+    /// Replace exact strings in a file.
+    EditFile,
+    /// List a directory.
+    ListDirectory,
+    /// Find files by glob pattern.
+    Glob,
+    /// Search file contents by regex.
+    Grep,
+    /// Run a shell command.
+    Shell,
+    /// Record the task plan.
+    UpdatePlan,
+}
+
+impl Tool {
+    /// All tools, in the order they are offered to the model.
+    pub const ALL: [Tool; 8] = [
+        Tool::ReadFile,
+        Tool::WriteFile,
+        Tool::EditFile,
+        Tool::ListDirectory,
+        Tool::Glob,
+        Tool::Grep,
+        Tool::Shell,
+        Tool::UpdatePlan,
+    ];
+
+    /// The name the model calls it by.
+    pub fn name(self) -> &'static str {
+        match self {
+            Tool::ReadFile => "read_file",
+            Tool::WriteFile => "write_file",
+            Tool::EditFile => "edit_file",
+            Tool::ListDirectory => "list_directory",
+            Tool::Glob => "glob",
+            Tool::Grep => "grep",
+            Tool::Shell => "shell",
+            Tool::UpdatePlan => "update_plan",
+        }
+    }
+
+    /// The tool with this name.
+    pub fn from_name(name: &str) -> Option<Tool> {
+        Tool::ALL.into_iter().find(|tool| tool.name() == name)
+    }
+
+    /// What kind of work it does, for the editor.
+    pub fn kind(self) -> ToolKind {
+        match self {
+            Tool::ReadFile => ToolKind::Read,
+            Tool::WriteFile | Tool::EditFile => ToolKind::Edit,
+            Tool::ListDirectory | Tool::Glob | Tool::Grep => ToolKind::Search,
+            Tool::Shell => ToolKind::Execute,
+            Tool::UpdatePlan => ToolKind::Think,
+        }
+    }
+
+    fn description(self) -> &'static str {
+        match self {
+            Tool::ReadFile => include_str!("../../prompts/tools/read_file.md"),
+            Tool::WriteFile => include_str!("../../prompts/tools/write_file.md"),
+            Tool::EditFile => include_str!("../../prompts/tools/edit_file.md"),
+            Tool::ListDirectory => include_str!("../../prompts/tools/list_directory.md"),
+            Tool::Glob => include_str!("../../prompts/tools/glob.md"),
+            Tool::Grep => include_str!("../../prompts/tools/grep.md"),
+            Tool::Shell => include_str!("../../prompts/tools/shell.md"),
+            Tool::UpdatePlan => include_str!("../../prompts/tools/update_plan.md"),
+        }
+    }
+
+    fn parameters(self) -> Value {
+        match self {
+            Tool::ReadFile => fs::read_file_schema(),
+            Tool::WriteFile => fs::write_file_schema(),
+            Tool::EditFile => fs::edit_file_schema(),
+            Tool::ListDirectory => search::list_directory_schema(),
+            Tool::Glob => search::glob_schema(),
+            Tool::Grep => search::grep_schema(),
+            Tool::Shell => shell::shell_schema(),
+            Tool::UpdatePlan => plan_schema(),
+        }
+    }
+}
+
+/// The definitions of every built-in tool, built once so that every request
+/// carries byte-identical tool definitions.
+pub fn definitions() -> &'static [ToolDefinition] {
+    static DEFINITIONS: OnceLock<Vec<ToolDefinition>> = OnceLock::new();
+    DEFINITIONS.get_or_init(|| {
+        Tool::ALL
+            .into_iter()
+            .map(|tool| ToolDefinition::function(tool.name(), tool.description().trim(), tool.parameters()))
+            .collect()
+    })
+}
+
+/// What kind of work a call does; editors pick icons and grouping from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolKind {
+    /// Reading files or data.
+    Read,
+    /// Changing files.
+    Edit,
+    /// Removing files.
+    Delete,
+    /// Moving or renaming files.
+    Move,
+    /// Searching.
+    Search,
+    /// Running commands.
+    Execute,
+    /// Internal reasoning or planning.
+    Think,
+    /// Fetching external data.
+    Fetch,
+    /// Anything else.
+    Other,
+}
+
+/// A file (and line) a call touches, so editors can follow along.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Location {
+    /// Absolute path.
+    pub path: PathBuf,
+    /// 1-based line.
+    pub line: Option<u32>,
+}
+
+/// What a call touches, for the permission policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Access {
+    /// Touches nothing on the machine.
+    Nothing,
+    /// Reads these paths (absolute, normalised).
+    Read(Vec<PathBuf>),
+    /// Creates or changes these paths (absolute, normalised).
+    Write(Vec<PathBuf>),
+    /// Runs this shell command in this directory.
+    Execute {
+        /// The command line.
+        command: String,
+        /// Its working directory.
+        cwd: PathBuf,
+    },
+}
+
+/// How a call is shown before it runs, and what it touches.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Description {
+    /// A human title, e.g. "Read src/main.rs (lines 10-40)".
+    pub title: String,
+    /// Files it touches.
+    pub locations: Vec<Location>,
+    /// What the permission policy must judge.
+    pub access: Access,
+    /// What the user is shown when asked for permission (e.g. the diff of an edit).
+    pub preview: Vec<DisplayContent>,
+}
+
+/// A call whose arguments parsed, ready to describe and run.
+#[derive(Debug, Clone)]
+pub struct PreparedCall {
+    /// Which tool.
+    pub tool: Tool,
+    /// How it is shown and what it touches.
+    pub description: Description,
+    args: Args,
+}
+
+#[derive(Debug, Clone)]
+enum Args {
+    ReadFile(fs::ReadFileArgs),
+    WriteFile(fs::WriteFileArgs),
+    EditFile(fs::EditFileArgs),
+    ListDirectory(search::ListDirectoryArgs),
+    Glob(search::GlobArgs),
+    Grep(search::GrepArgs),
+    Shell(shell::ShellArgs),
+    UpdatePlan(PlanArgs),
+}
+
+/// What the editor shows for a call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DisplayContent {
+    /// Text (Markdown).
+    Text(String),
+    /// A file change.
+    Diff {
+        /// Absolute path.
+        path: PathBuf,
+        /// The old text; `None` for a new file.
+        old_text: Option<String>,
+        /// The new text.
+        new_text: String,
+    },
+    /// A live terminal created through the editor.
+    Terminal(String),
+}
+
+/// How a call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutcomeStatus {
+    /// It did what was asked.
+    Completed,
+    /// It could not; the model is told why.
+    Failed,
+    /// The turn was cancelled while it ran.
+    Cancelled,
+}
+
+/// The result of one call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutcome {
+    /// How it ended.
+    pub status: OutcomeStatus,
+    /// What goes back to the model as the tool result.
+    pub for_model: String,
+    /// What the editor shows.
+    pub content: Vec<DisplayContent>,
+    /// Files touched, when known only after running (replaces the description's).
+    pub locations: Option<Vec<Location>>,
+    /// Structured output for the editor's raw view.
+    pub raw_output: Option<Value>,
+}
+
+impl ToolOutcome {
+    /// A success whose model text is also shown to the user.
+    pub fn completed(text: impl Into<String>) -> Self {
+        let text = text.into();
+        Self {
+            status: OutcomeStatus::Completed,
+            content: vec![DisplayContent::Text(text.clone())],
+            for_model: text,
+            locations: None,
+            raw_output: None,
+        }
+    }
+
+    /// A failure the model can read (and the user sees).
+    pub fn failed(message: impl Into<String>) -> Self {
+        let message = message.into();
+        Self {
+            status: OutcomeStatus::Failed,
+            content: vec![DisplayContent::Text(message.clone())],
+            for_model: message,
+            locations: None,
+            raw_output: None,
+        }
+    }
+
+    /// The turn was cancelled while this call ran.
+    pub fn cancelled() -> Self {
+        Self {
+            status: OutcomeStatus::Cancelled,
+            for_model: CANCELLED_RESULT.to_owned(),
+            content: vec![DisplayContent::Text("Cancelled.".to_owned())],
+            locations: None,
+            raw_output: None,
+        }
+    }
+}
+
+/// The tool result recorded for a call the user cancelled.
+pub const CANCELLED_RESULT: &str = "Cancelled by the user before this tool call finished.";
+
+/// Something a running tool wants the user to see now.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Progress {
+    /// A terminal was created for this call; show it live.
+    Terminal(String),
+    /// The model's plan, complete.
+    Plan(Vec<PlanItem>),
+}
+
+/// One entry of the model's plan.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct PlanItem {
+    /// What to do.
+    pub content: String,
+    /// `pending`, `in_progress` or `completed`.
+    pub status: PlanStatus,
+    /// `high`, `medium` or `low`.
+    #[serde(default)]
+    pub priority: PlanPriority,
+}
+
+/// Progress of a plan entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlanStatus {
+    /// Not started.
+    Pending,
+    /// Being worked on.
+    InProgress,
+    /// Done.
+    Completed,
+}
+
+/// Importance of a plan entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum PlanPriority {
+    /// Important.
+    High,
+    /// Normal.
+    #[default]
+    Medium,
+    /// Nice to have.
+    Low,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct PlanArgs {
+    #[serde(alias = "entries", alias = "todos", alias = "items")]
+    plan: Vec<PlanItem>,
+}
+
+fn plan_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "plan": {
+                "type": "array",
+                "description": "The complete plan: every step, in order, each time.",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "content": { "type": "string", "description": "The step, in a few words." },
+                        "status": { "type": "string", "enum": ["pending", "in_progress", "completed"] },
+                        "priority": { "type": "string", "enum": ["high", "medium", "low"] }
+                    },
+                    "required": ["content", "status"]
+                }
+            }
+        },
+        "required": ["plan"]
+    })
+}
+
+/// Limits that keep tool output and run time bounded.
+#[derive(Debug, Clone)]
+pub struct ToolLimits {
+    /// Lines `read_file` returns when no limit is given.
+    pub read_default_lines: usize,
+    /// Characters of one line `read_file` shows before cutting it.
+    pub read_max_line_chars: usize,
+    /// Bytes of file text a read returns at most.
+    pub read_max_bytes: usize,
+    /// Entries `list_directory` and `glob` return at most.
+    pub max_listed_entries: usize,
+    /// Matching lines `grep` returns at most.
+    pub max_grep_matches: usize,
+    /// Time a shell command may run when the model gives no timeout.
+    pub shell_default_timeout: Duration,
+    /// Longest timeout the model may ask for.
+    pub shell_max_timeout: Duration,
+    /// Bytes of shell output kept (head and tail).
+    pub shell_output_bytes: usize,
+}
+
+impl Default for ToolLimits {
+    fn default() -> Self {
+        Self {
+            read_default_lines: 2000,
+            read_max_line_chars: 2000,
+            read_max_bytes: 256 * 1024,
+            max_listed_entries: 1000,
+            max_grep_matches: 500,
+            shell_default_timeout: Duration::from_secs(120),
+            shell_max_timeout: Duration::from_secs(1800),
+            shell_output_bytes: 32 * 1024,
+        }
+    }
+}
+
+/// What a running tool may use.
+pub struct ToolContext<'a> {
+    /// The session's working directory (relative paths resolve against it).
+    pub cwd: &'a Path,
+    /// The session roots: cwd and the additional directories.
+    pub roots: &'a [PathBuf],
+    /// Files and terminals.
+    pub host: &'a dyn Host,
+    /// Cancelled when the user cancels the turn.
+    pub cancel: &'a CancellationToken,
+    /// Output and time limits.
+    pub limits: &'a ToolLimits,
+    /// Things the user should see while the tool runs.
+    pub progress: &'a (dyn Fn(Progress) + Send + Sync),
+}
+
+/// Why the host could not do something; the message is for the model.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HostError {
+    /// The file does not exist.
+    #[error("{0}: no such file")]
+    NotFound(String),
+    /// Anything else, said in one sentence.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// File and terminal access: the local machine, or the editor when it
+/// offers `fs/*` and `terminal/*`.
+pub trait Host: Send + Sync {
+    /// Reads a whole text file (the editor's unsaved buffer when the editor
+    /// serves reads).
+    fn read_text_file<'a>(&'a self, path: &'a Path) -> BoxFuture<'a, Result<String, HostError>>;
+    /// Writes a whole text file, creating it and its parent directories.
+    /// Local writes are atomic (temporary file, then rename), keeping permissions.
+    fn write_text_file<'a>(&'a self, path: &'a Path, content: &'a str) -> BoxFuture<'a, Result<(), HostError>>;
+    /// Whether reads go to the editor rather than the disk.
+    fn reads_via_client(&self) -> bool;
+    /// The editor's terminals, when it offers them.
+    fn terminals(&self) -> Option<&dyn Terminals>;
+}
+
+/// A command to run in an editor terminal.
+#[derive(Debug, Clone)]
+pub struct TerminalCommand<'a> {
+    /// The program (for a shell command line: the shell).
+    pub command: &'a str,
+    /// Its arguments.
+    pub args: &'a [String],
+    /// Absolute working directory.
+    pub cwd: &'a Path,
+    /// Bytes of output the editor keeps.
+    pub output_byte_limit: Option<u64>,
+}
+
+/// How a terminal command exited.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TerminalExit {
+    /// The exit code, if it exited normally.
+    pub exit_code: Option<u32>,
+    /// The signal that ended it, if any.
+    pub signal: Option<String>,
+}
+
+/// A terminal's output so far.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TerminalOutput {
+    /// The output text.
+    pub output: String,
+    /// Whether the editor cut it to its byte limit.
+    pub truncated: bool,
+    /// Set once the command exited.
+    pub exit: Option<TerminalExit>,
+}
+
+/// The editor's terminal methods. A created terminal must always be released.
+pub trait Terminals: Send + Sync {
+    /// Starts a command; returns the terminal id at once.
+    fn create<'a>(&'a self, command: TerminalCommand<'a>) -> BoxFuture<'a, Result<String, HostError>>;
+    /// Waits for the command to exit.
+    fn wait_for_exit<'a>(&'a self, terminal_id: &'a str) -> BoxFuture<'a, Result<TerminalExit, HostError>>;
+    /// The output so far.
+    fn output<'a>(&'a self, terminal_id: &'a str) -> BoxFuture<'a, Result<TerminalOutput, HostError>>;
+    /// Kills the command; the terminal stays valid.
+    fn kill<'a>(&'a self, terminal_id: &'a str) -> BoxFuture<'a, Result<(), HostError>>;
+    /// Kills the command if still running and frees the terminal.
+    fn release<'a>(&'a self, terminal_id: &'a str) -> BoxFuture<'a, Result<(), HostError>>;
+    /// Kills and releases without waiting for the editor's answers (for
+    /// cancellation, where the turn must answer at once).
+    fn abandon(&self, terminal_id: &str);
+}
+
+/// Parses a call's arguments and describes it. An unknown tool or bad
+/// arguments give a message for the model.
+pub fn prepare(name: &str, arguments: &str, cwd: &Path) -> Result<PreparedCall, String> {
+    let tool = Tool::from_name(name).ok_or_else(|| {
+        let known: Vec<&str> = Tool::ALL.iter().map(|t| t.name()).collect();
+        format!("There is no tool named \"{name}\". Available tools: {}.", known.join(", "))
+    })?;
+    let value: Value = if arguments.trim().is_empty() {
+        Value::Object(serde_json::Map::new())
+    } else {
+        serde_json::from_str(arguments).map_err(|err| {
+            format!("The arguments of this {name} call are not valid JSON ({err}). Send a JSON object matching the tool's schema.")
+        })?
+    };
+    let (args, description) = match tool {
+        Tool::ReadFile => parse(name, value).map(|a: fs::ReadFileArgs| {
+            let d = fs::describe_read_file(&a, cwd);
+            (Args::ReadFile(a), d)
+        })?,
+        Tool::WriteFile => parse(name, value).map(|a: fs::WriteFileArgs| {
+            let d = fs::describe_write_file(&a, cwd);
+            (Args::WriteFile(a), d)
+        })?,
+        Tool::EditFile => parse(name, value).map(|a: fs::EditFileArgs| {
+            let d = fs::describe_edit_file(&a, cwd);
+            (Args::EditFile(a), d)
+        })?,
+        Tool::ListDirectory => parse(name, value).map(|a: search::ListDirectoryArgs| {
+            let d = search::describe_list_directory(&a, cwd);
+            (Args::ListDirectory(a), d)
+        })?,
+        Tool::Glob => parse(name, value).map(|a: search::GlobArgs| {
+            let d = search::describe_glob(&a, cwd);
+            (Args::Glob(a), d)
+        })?,
+        Tool::Grep => parse(name, value).map(|a: search::GrepArgs| {
+            let d = search::describe_grep(&a, cwd);
+            (Args::Grep(a), d)
+        })?,
+        Tool::Shell => parse(name, value).map(|a: shell::ShellArgs| {
+            let d = shell::describe_shell(&a, cwd);
+            (Args::Shell(a), d)
+        })?,
+        Tool::UpdatePlan => parse(name, value).map(|a: PlanArgs| {
+            let done = a.plan.iter().filter(|i| i.status == PlanStatus::Completed).count();
+            let title = format!("Update plan ({done}/{} done)", a.plan.len());
+            (Args::UpdatePlan(a), Description { title, locations: Vec::new(), access: Access::Nothing, preview: Vec::new() })
+        })?,
+    };
+    Ok(PreparedCall { tool, description, args })
+}
+
+fn parse<T: DeserializeOwned>(tool: &str, value: Value) -> Result<T, String> {
+    serde_path_to_error::deserialize(value).map_err(|err| {
+        let path = err.path().to_string();
+        let at = if path.is_empty() || path == "." { String::new() } else { format!(" at `{path}`") };
+        format!("Invalid arguments for {tool}{at}: {}. Check the tool's parameter schema and call it again.", err.into_inner())
+    })
+}
+
+/// Runs a prepared call. Never panics on bad input: failures are outcomes.
+pub async fn run(call: PreparedCall, ctx: &ToolContext<'_>) -> ToolOutcome {
+    if ctx.cancel.is_cancelled() {
+        return ToolOutcome::cancelled();
+    }
+    match call.args {
+        Args::ReadFile(args) => fs::read_file(args, ctx).await,
+        Args::WriteFile(args) => fs::write_file(args, ctx).await,
+        Args::EditFile(args) => fs::edit_file(args, ctx).await,
+        Args::ListDirectory(args) => search::list_directory(args, ctx).await,
+        Args::Glob(args) => search::glob(args, ctx).await,
+        Args::Grep(args) => search::grep(args, ctx).await,
+        Args::Shell(args) => shell::shell(args, ctx).await,
+        Args::UpdatePlan(args) => {
+            let summary = args
+                .plan
+                .iter()
+                .map(|item| {
+                    let mark = match item.status {
+                        PlanStatus::Pending => "[ ]",
+                        PlanStatus::InProgress => "[~]",
+                        PlanStatus::Completed => "[x]",
+                    };
+                    format!("{mark} {}", item.content)
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
+            (ctx.progress)(Progress::Plan(args.plan));
+            let mut outcome = ToolOutcome::completed("Plan updated.");
+            outcome.content = vec![DisplayContent::Text(summary)];
+            outcome
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_tool_has_a_schema_and_a_description() {
+        let defs = definitions();
+        assert_eq!(defs.len(), Tool::ALL.len());
+        for tool in Tool::ALL {
+            assert!(!tool.description().trim().is_empty(), "{} has a description", tool.name());
+            let schema = tool.parameters();
+            assert_eq!(schema["type"], "object", "{}", tool.name());
+            assert_eq!(Tool::from_name(tool.name()), Some(tool));
+        }
+    }
+
+    #[test]
+    fn unknown_tools_and_bad_json_are_explained() {
+        let err = prepare("teleport", "{}", Path::new("/p")).unwrap_err();
+        assert!(err.contains("no tool named \"teleport\"") && err.contains("read_file"), "{err}");
+        let err = prepare("read_file", "{\"path\": ", Path::new("/p")).unwrap_err();
+        assert!(err.contains("not valid JSON"), "{err}");
+        let err = prepare("read_file", "{}", Path::new("/p")).unwrap_err();
+        assert!(err.contains("path"), "{err}");
+    }
+
+    #[test]
+    fn plans_accept_common_spellings() {
+        let call = prepare("update_plan", r#"{"todos":[{"content":"a","status":"completed"},{"content":"b","status":"pending"}]}"#, Path::new("/p"))
+            .unwrap();
+        assert_eq!(call.description.title, "Update plan (1/2 done)");
+        assert_eq!(call.description.access, Access::Nothing);
+    }
+}
