@@ -1,26 +1,40 @@
 //! The turn loop: sample the model, stream what it says to the user, run the
-//! tools it asks for, feed the results back, and repeat until it is done.
+//! tools it asks for (asking the user first where the policy says so), feed
+//! the results back, and repeat until the model is done.
 //!
-//! A turn reaches the outside world only through [`EventSink`] (what the user
-//! should see) and the cancellation token it is given. It knows nothing of ACP
-//! or JSON-RPC: the `acp` module maps [`AgentEvent`]s to `session/update`s and
-//! [`StopReason`] to the wire.
+//! A turn reaches the outside world only through three seams: [`EventSink`]
+//! (what the user should see), [`Approver`] (asking the user), and the tools'
+//! [`Host`] (files and terminals). It knows nothing of ACP or JSON-RPC: the
+//! `acp` module implements the seams and maps [`AgentEvent`]s to
+//! `session/update`s and [`StopReason`] to the wire.
 //!
 //! Cancellation: every await that can wait (opening the stream, each chunk,
-//! later each permission answer and tool run) is raced against the turn's
-//! token in a `biased` `select!`, so a stalled upstream is interrupted, not
-//! waited out. A cancelled turn leaves the conversation valid for the next
-//! request: a partial answer is kept and marked as interrupted.
+//! each permission answer, each tool run) is raced against the turn's token
+//! in a `biased` `select!`, so a stalled upstream or a silent editor is
+//! interrupted, not waited out. A cancelled turn leaves the conversation valid
+//! for the next request: a partial answer is kept and marked as interrupted,
+//! and every tool call the model made gets a result ("cancelled" for the ones
+//! that did not finish). Every tool call the user saw gets a final status
+//! before the turn returns.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
 use crate::config::AgentSettings;
 use crate::model::{
-    FinishReason, Message, ModelClient, ModelError, ModelEvent, ModelOutput, StreamDecoder, ToolCallRequest, UserPart,
+    FinishReason, Message, ModelClient, ModelError, ModelEvent, ModelOutput, StreamDecoder, ToolCallRequest,
+    ToolDefinition, UserPart,
 };
+use crate::permission::{Answer, Approver, PermissionQuestion, Policy, Verdict};
 use crate::session::Conversation;
+use crate::tools::{
+    self, CANCELLED_RESULT, DisplayContent, Host, Location, OutcomeStatus, PlanItem, Progress, Tool, ToolContext,
+    ToolKind, ToolLimits, ToolOutcome,
+};
 
 /// Something the user should see, in the order it happened.
 #[derive(Debug, Clone, PartialEq)]
@@ -39,6 +53,24 @@ pub enum AgentEvent {
         /// The text.
         text: String,
     },
+    /// The model started a tool call.
+    ToolCallStarted {
+        /// Unique within the session.
+        id: String,
+        /// Human title.
+        title: String,
+        /// What kind of work it does.
+        kind: ToolKind,
+    },
+    /// A tool call changed.
+    ToolCallUpdated {
+        /// The call.
+        id: String,
+        /// What changed.
+        change: ToolCallChange,
+    },
+    /// The model's plan, complete.
+    Plan(Vec<PlanItem>),
     /// Context-window occupancy after a model request.
     Usage {
         /// Tokens in use.
@@ -46,6 +78,38 @@ pub enum AgentEvent {
         /// The window.
         size: u64,
     },
+}
+
+/// The status of a tool call as the user sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolCallStatus {
+    /// Waiting (for arguments or permission).
+    Pending,
+    /// Running.
+    InProgress,
+    /// Done.
+    Completed,
+    /// Failed, declined or cancelled.
+    Failed,
+}
+
+/// The changed fields of a tool call; `None` leaves a field as it was.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ToolCallChange {
+    /// New title.
+    pub title: Option<String>,
+    /// New kind.
+    pub kind: Option<ToolKind>,
+    /// New status.
+    pub status: Option<ToolCallStatus>,
+    /// New content (replaces the old).
+    pub content: Option<Vec<DisplayContent>>,
+    /// New locations (replace the old).
+    pub locations: Option<Vec<Location>>,
+    /// The parsed arguments.
+    pub raw_input: Option<serde_json::Value>,
+    /// Structured output.
+    pub raw_output: Option<serde_json::Value>,
 }
 
 /// Where a turn sends what the user should see. Emitting never blocks.
@@ -77,6 +141,22 @@ pub enum TurnError {
     Model(#[from] ModelError),
 }
 
+/// Where tools work and who decides whether they may.
+pub struct Workspace<'a> {
+    /// The session cwd.
+    pub cwd: &'a std::path::Path,
+    /// The session roots (cwd and additional directories).
+    pub roots: &'a [PathBuf],
+    /// Files and terminals.
+    pub host: &'a dyn Host,
+    /// Asks the user.
+    pub approver: &'a dyn Approver,
+    /// The session's permission policy (its mode can change mid-turn).
+    pub policy: &'a Mutex<Policy>,
+    /// Tool output and time limits.
+    pub limits: &'a ToolLimits,
+}
+
 /// What one turn needs, borrowed from the session and the server.
 pub struct Turn<'a> {
     /// The model to sample.
@@ -87,6 +167,10 @@ pub struct Turn<'a> {
     pub events: &'a dyn EventSink,
     /// Cancelled when the user cancels (or the session or process ends).
     pub cancel: &'a CancellationToken,
+    /// Where tools work.
+    pub workspace: Workspace<'a>,
+    /// The tools offered to the model.
+    pub tools: &'a [ToolDefinition],
 }
 
 enum Sample {
@@ -94,6 +178,10 @@ enum Sample {
     Cancelled(Option<StreamDecoder>),
     Failed(ModelError, Option<StreamDecoder>),
 }
+
+/// Time a tool gets to wind down (kill its processes, withdraw its requests)
+/// after the turn is cancelled, before the turn stops waiting for it.
+const TOOL_CANCEL_GRACE: Duration = Duration::from_millis(100);
 
 impl Turn<'_> {
     /// Runs one turn for the user's message, appending to `conversation`.
@@ -140,69 +228,299 @@ impl Turn<'_> {
             if refused {
                 // ACP: after a refusal the prompt and everything after it are
                 // left out of the next request.
+                for call in &tool_calls {
+                    self.finish_call(&call.id, ToolOutcome::failed("Not run: the model refused."));
+                }
                 conversation.messages.truncate(turn_start);
                 return Ok(StopReason::Refusal);
             }
             if finish_reason == FinishReason::Length {
-                answer_unrun_calls(conversation, &tool_calls, "not run: the response hit the output-token limit");
+                for call in &tool_calls {
+                    let outcome = ToolOutcome::failed("Not run: the response hit the output-token limit.");
+                    self.finish_call(&call.id, outcome.clone());
+                    conversation.messages.push(tool_result(call, outcome.for_model));
+                }
                 return Ok(StopReason::MaxTokens);
             }
             if tool_calls.is_empty() {
                 return Ok(StopReason::EndTurn);
             }
-            self.run_tools(conversation, &tool_calls);
+            if self.run_tools(conversation, &tool_calls).await == Flow::Cancelled {
+                return Ok(StopReason::Cancelled);
+            }
         }
     }
 
-    /// Runs the tools the model asked for and appends their results.
-    fn run_tools(&self, conversation: &mut Conversation, calls: &[ToolCallRequest]) {
-        for call in calls {
-            conversation.messages.push(Message::Tool {
-                tool_call_id: call.id.clone(),
-                content: format!("Error: there is no tool named \"{}\".", call.name),
-            });
+    /// Runs the calls one after another, appending each result. After a
+    /// cancel, the calls that did not run get a "cancelled" result.
+    async fn run_tools(&self, conversation: &mut Conversation, calls: &[ToolCallRequest]) -> Flow {
+        for (index, call) in calls.iter().enumerate() {
+            let (result, flow) = if self.cancel.is_cancelled() {
+                self.finish_call(&call.id, ToolOutcome::cancelled());
+                (CANCELLED_RESULT.to_owned(), Flow::Cancelled)
+            } else {
+                self.run_tool(call).await
+            };
+            conversation.messages.push(tool_result(call, result));
+            if flow == Flow::Cancelled {
+                for rest in &calls[index + 1..] {
+                    self.finish_call(&rest.id, ToolOutcome::cancelled());
+                    conversation.messages.push(tool_result(rest, CANCELLED_RESULT.to_owned()));
+                }
+                return Flow::Cancelled;
+            }
         }
+        Flow::Continue
+    }
+
+    /// One call: describe it, judge it, maybe ask, run it, report it.
+    /// Returns the result for the model.
+    async fn run_tool(&self, call: &ToolCallRequest) -> (String, Flow) {
+        let workspace = &self.workspace;
+        let raw_input = serde_json::from_str::<serde_json::Value>(&call.arguments).ok();
+        let prepared = match tools::prepare(&call.name, &call.arguments, workspace.cwd) {
+            Ok(prepared) => prepared,
+            Err(message) => {
+                let mut outcome = ToolOutcome::failed(message);
+                outcome.raw_output = None;
+                self.update(&call.id, ToolCallChange { raw_input, ..ToolCallChange::default() });
+                let for_model = outcome.for_model.clone();
+                self.finish_call(&call.id, outcome);
+                return (for_model, Flow::Continue);
+            }
+        };
+        let tool = prepared.tool;
+        let description = prepared.description.clone();
+        self.update(
+            &call.id,
+            ToolCallChange {
+                title: Some(description.title.clone()),
+                kind: Some(tool.kind()),
+                locations: Some(description.locations.clone()),
+                raw_input: raw_input.clone(),
+                ..ToolCallChange::default()
+            },
+        );
+        let verdict = lock(workspace.policy).judge(tool, &description.access, workspace.roots);
+        match verdict {
+            Verdict::Allow => {}
+            Verdict::Deny(reason) => {
+                self.finish_call(&call.id, ToolOutcome::failed(reason.clone()));
+                return (reason, Flow::Continue);
+            }
+            Verdict::Ask => {
+                let choices = lock(workspace.policy).options(tool, &description.access, workspace.roots);
+                let question = PermissionQuestion {
+                    call_id: call.id.clone(),
+                    title: description.title.clone(),
+                    kind: tool.kind(),
+                    locations: description.locations.clone(),
+                    preview: description.preview.clone(),
+                    raw_input,
+                    choices,
+                };
+                let answer = tokio::select! {
+                    biased;
+                    () = self.cancel.cancelled() => Answer::Cancelled,
+                    answer = workspace.approver.ask(&question) => match answer {
+                        Ok(answer) => answer,
+                        Err(err) => {
+                            let message = format!("Not run: the editor could not ask the user for permission ({err}).");
+                            self.finish_call(&call.id, ToolOutcome::failed(message.clone()));
+                            return (message, Flow::Continue);
+                        }
+                    },
+                };
+                lock(workspace.policy).remember(tool, &description.access, workspace.roots, answer);
+                match answer {
+                    Answer::AllowOnce | Answer::AllowAlways => {}
+                    Answer::RejectOnce | Answer::RejectAlways => {
+                        let message = "The user declined this tool call. Do not retry it as is; \
+                                       ask the user how to proceed or take another approach."
+                            .to_owned();
+                        self.finish_call(&call.id, ToolOutcome::failed("Declined by the user."));
+                        return (message, Flow::Continue);
+                    }
+                    Answer::Cancelled => {
+                        self.finish_call(&call.id, ToolOutcome::cancelled());
+                        return (CANCELLED_RESULT.to_owned(), Flow::Cancelled);
+                    }
+                }
+            }
+        }
+        self.update(&call.id, ToolCallChange { status: Some(ToolCallStatus::InProgress), ..ToolCallChange::default() });
+        let call_id = call.id.clone();
+        let progress = move |progress: Progress| match progress {
+            Progress::Terminal(terminal_id) => self.update(
+                &call_id,
+                ToolCallChange {
+                    content: Some(vec![DisplayContent::Terminal(terminal_id)]),
+                    ..ToolCallChange::default()
+                },
+            ),
+            Progress::Plan(items) => self.events.emit(AgentEvent::Plan(items)),
+        };
+        let context = ToolContext {
+            cwd: workspace.cwd,
+            roots: workspace.roots,
+            host: workspace.host,
+            cancel: self.cancel,
+            limits: workspace.limits,
+            progress: &progress,
+        };
+        let running = tools::run(prepared, &context);
+        tokio::pin!(running);
+        let outcome = tokio::select! {
+            biased;
+            outcome = &mut running => outcome,
+            () = self.cancel.cancelled() => {
+                // The tool sees the same token; give it a moment to clean up.
+                tokio::time::timeout(TOOL_CANCEL_GRACE, &mut running).await.unwrap_or_else(|_| ToolOutcome::cancelled())
+            }
+        };
+        let flow = if outcome.status == OutcomeStatus::Cancelled || self.cancel.is_cancelled() {
+            Flow::Cancelled
+        } else {
+            Flow::Continue
+        };
+        let for_model = if flow == Flow::Cancelled { CANCELLED_RESULT.to_owned() } else { outcome.for_model.clone() };
+        self.finish_call(&call.id, outcome);
+        (for_model, flow)
+    }
+
+    fn update(&self, id: &str, change: ToolCallChange) {
+        self.events.emit(AgentEvent::ToolCallUpdated { id: id.to_owned(), change });
+    }
+
+    /// The final update of a call.
+    fn finish_call(&self, id: &str, outcome: ToolOutcome) {
+        let status = match outcome.status {
+            OutcomeStatus::Completed => ToolCallStatus::Completed,
+            OutcomeStatus::Failed | OutcomeStatus::Cancelled => ToolCallStatus::Failed,
+        };
+        self.update(
+            id,
+            ToolCallChange {
+                status: Some(status),
+                content: Some(outcome.content),
+                locations: outcome.locations,
+                raw_output: outcome.raw_output,
+                ..ToolCallChange::default()
+            },
+        );
     }
 
     /// One model request, streamed to the user as it arrives.
-    async fn sample(&self, conversation: &Conversation) -> Sample {
+    async fn sample(&self, conversation: &mut Conversation) -> Sample {
         let request_id = uuid::Uuid::new_v4().simple().to_string();
         let message_id: Arc<str> = Arc::from(format!("msg_{request_id}"));
         let thought_id: Arc<str> = Arc::from(format!("thought_{request_id}"));
         let opened = tokio::select! {
             biased;
             () = self.cancel.cancelled() => return Sample::Cancelled(None),
-            opened = self.client.stream(&conversation.system_prompt, &conversation.messages, &[]) => opened,
+            opened = self.client.stream(&conversation.system_prompt, &conversation.messages, self.tools) => opened,
         };
         let mut stream = match opened {
             Ok(stream) => stream,
             Err(error) => return Sample::Failed(error, None),
         };
         let mut decoder = StreamDecoder::new(format!("call_{}_", &request_id[..12]));
+        // Calls shown to the user while streaming, by the decoder's id -> the session-unique id.
+        let mut announced: HashMap<String, String> = HashMap::new();
+        let used_ids = &mut conversation.tool_call_ids;
+        let events = self.events;
         let mut forward = |event: ModelEvent| match event {
-            ModelEvent::Text(text) => self.events.emit(AgentEvent::AgentText { message_id: message_id.clone(), text }),
+            ModelEvent::Text(text) => events.emit(AgentEvent::AgentText { message_id: message_id.clone(), text }),
             ModelEvent::Reasoning(text) => {
-                self.events.emit(AgentEvent::AgentThought { message_id: thought_id.clone(), text })
+                events.emit(AgentEvent::AgentThought { message_id: thought_id.clone(), text })
             }
-            ModelEvent::ToolCallStarted { .. } => {}
+            ModelEvent::ToolCallStarted { id, name, .. } => {
+                let unique = unique_id(used_ids, &id);
+                let title = Tool::from_name(&name).map_or_else(|| name.clone(), |tool| pending_title(tool).to_owned());
+                let kind = Tool::from_name(&name).map_or(ToolKind::Other, Tool::kind);
+                events.emit(AgentEvent::ToolCallStarted { id: unique.clone(), title, kind });
+                announced.insert(id, unique);
+            }
         };
-        loop {
+        let ended = loop {
             let item = tokio::select! {
                 biased;
-                () = self.cancel.cancelled() => return Sample::Cancelled(Some(decoder)),
+                () = self.cancel.cancelled() => break Sample::Cancelled(Some(decoder)),
                 item = stream.next() => item,
             };
             match item {
-                None => return Sample::Done(decoder.finish()),
+                None => break Sample::Done(decoder.finish()),
                 Some(Ok(chunk)) => {
                     if let Err(reported) = decoder.push(chunk, &mut forward) {
-                        return Sample::Failed(ModelError::Provider(reported.0), Some(decoder));
+                        break Sample::Failed(ModelError::Provider(reported.0), Some(decoder));
                     }
                 }
-                Some(Err(error)) => return Sample::Failed(error, Some(decoder)),
+                Some(Err(error)) => break Sample::Failed(error, Some(decoder)),
+            }
+        };
+        match ended {
+            Sample::Done(mut output) => {
+                for call in &mut output.tool_calls {
+                    call.id = match announced.get(&call.id) {
+                        Some(unique) => unique.clone(),
+                        None => unique_id(&mut conversation.tool_call_ids, &call.id),
+                    };
+                }
+                Sample::Done(output)
+            }
+            interrupted => {
+                // Calls the user saw start but that will never run.
+                for id in announced.values() {
+                    let outcome = match interrupted {
+                        Sample::Cancelled(_) => ToolOutcome::cancelled(),
+                        _ => ToolOutcome::failed("Not run: the model's response broke off."),
+                    };
+                    self.finish_call(id, outcome);
+                }
+                interrupted
             }
         }
     }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flow {
+    Continue,
+    Cancelled,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The title shown while the model is still writing a call's arguments.
+fn pending_title(tool: Tool) -> &'static str {
+    match tool {
+        Tool::ReadFile => "Read file",
+        Tool::WriteFile => "Write file",
+        Tool::EditFile => "Edit file",
+        Tool::ListDirectory => "List directory",
+        Tool::Glob => "Find files",
+        Tool::Grep => "Search",
+        Tool::Shell => "Run command",
+        Tool::UpdatePlan => "Update plan",
+    }
+}
+
+/// A tool-call id unique within the session: ACP requires it, and some
+/// servers number their calls `call_0`, `call_1` afresh in every response.
+fn unique_id(used: &mut std::collections::HashSet<String>, id: &str) -> String {
+    if used.insert(id.to_owned()) {
+        return id.to_owned();
+    }
+    (2u64..)
+        .map(|n| format!("{id}_{n}"))
+        .find(|candidate| used.insert(candidate.clone()))
+        .unwrap_or_else(|| format!("{id}_{}", uuid::Uuid::new_v4().simple()))
+}
+
+fn tool_result(call: &ToolCallRequest, content: String) -> Message {
+    Message::Tool { tool_call_id: call.id.clone(), content }
 }
 
 /// Keeps what the user already saw of an answer that did not finish, marked
@@ -218,12 +536,4 @@ fn keep_interrupted(conversation: &mut Conversation, partial: Option<StreamDecod
         None => (String::new(), String::new()),
     };
     conversation.messages.push(Message::Assistant { text, reasoning, tool_calls: Vec::new(), interrupted: true });
-}
-
-/// Gives every call a result so that the next request is valid (each
-/// `tool_calls` entry must be answered).
-fn answer_unrun_calls(conversation: &mut Conversation, calls: &[ToolCallRequest], why: &str) {
-    for call in calls {
-        conversation.messages.push(Message::Tool { tool_call_id: call.id.clone(), content: why.to_owned() });
-    }
 }

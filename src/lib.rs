@@ -30,6 +30,7 @@ pub mod acp;
 pub mod agent;
 pub mod config;
 pub mod model;
+pub mod permission;
 pub mod prompt;
 pub mod rpc;
 pub mod session;

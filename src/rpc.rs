@@ -94,14 +94,21 @@ pub enum Incoming {
     },
 }
 
-/// What went wrong with one incoming line; each is answered and then skipped.
+/// What one incoming line turned out to be.
 #[derive(Debug)]
-pub enum Malformed {
-    /// Answer with this error to this id (`null` when unknown).
-    Answer(RequestId, RpcError),
-    /// Nothing to answer (a broken response to us, say); logged only.
-    Ignore(String),
+pub enum Classified {
+    /// A request or notification to handle.
+    Incoming(Incoming),
+    /// Nothing left to do: a blank line, or a response routed to its waiting call.
+    Consumed,
+    /// Not a valid message: answer with this error to this id (`null` when unknown), then skip it.
+    Malformed(RequestId, RpcError),
+    /// Not valid, and nothing to answer (a broken response to us, say); logged only.
+    Ignored(String),
 }
+
+type Answer = Result<Box<RawValue>, RpcError>;
+type PendingCalls = HashMap<i64, oneshot::Sender<Answer>>;
 
 /// The sending half of the connection: enqueue notifications, responses and
 /// requests. Cheap to clone; every clone feeds the same writer.
@@ -112,7 +119,7 @@ pub struct Outbox {
 
 struct OutboxInner {
     queue: mpsc::UnboundedSender<Frame>,
-    pending: Mutex<HashMap<i64, oneshot::Sender<Result<Box<RawValue>, RpcError>>>>,
+    pending: Mutex<PendingCalls>,
     next_id: AtomicI64,
 }
 
@@ -209,34 +216,33 @@ impl Outbox {
         }
     }
 
-    /// Sends a request and waits for its answer. Dropping the returned future
-    /// before the answer arrives withdraws the request with `$/cancel_request`,
-    /// so racing it against a cancellation token cascades the cancellation.
+    /// Sends a request now; the returned [`PendingCall`] resolves to its
+    /// answer. Dropping the call before the answer arrives withdraws the
+    /// request with `$/cancel_request`, so racing it against a cancellation
+    /// token cascades the cancellation to the peer.
+    pub fn request<P: Serialize>(&self, method: &str, params: &P) -> PendingCall {
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        self.pending().insert(id, tx);
+        self.enqueue(&RequestOut { jsonrpc: "2.0", id, method, params });
+        PendingCall { outbox: self.clone(), id, answer: Some(rx) }
+    }
+
+    /// Sends a request and waits for its answer (see [`Outbox::request`]).
     pub async fn call<P: Serialize, R: serde::de::DeserializeOwned>(
         &self,
         method: &str,
         params: &P,
     ) -> Result<R, CallError> {
-        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
-        self.pending().insert(id, tx);
-        let mut guard = PendingCall { outbox: self, id, answered: false };
-        self.enqueue(&RequestOut { jsonrpc: "2.0", id, method, params });
-        let answer = rx.await;
-        guard.answered = true;
-        match answer {
-            Ok(Ok(raw)) => serde_json::from_str(raw.get()).map_err(|err| CallError::BadResult(err.to_string())),
-            Ok(Err(err)) => Err(CallError::Rpc(err)),
-            Err(_) => Err(CallError::Closed),
-        }
+        self.request(method, params).result().await
     }
 
-    fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<i64, oneshot::Sender<Result<Box<RawValue>, RpcError>>>> {
+    fn pending(&self) -> std::sync::MutexGuard<'_, PendingCalls> {
         self.inner.pending.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Routes a response from the peer to the call waiting for it.
-    fn complete(&self, id: &Value, answer: Result<Box<RawValue>, RpcError>) {
+    fn complete(&self, id: &Value, answer: Answer) {
         let waiter = id.as_i64().and_then(|id| self.pending().remove(&id));
         match waiter {
             Some(waiter) => {
@@ -244,6 +250,10 @@ impl Outbox {
             }
             None => tracing::warn!(%id, "ignoring a response to a request we did not send (or no longer wait for)"),
         }
+    }
+
+    fn is_waiting_for(&self, id: &Value) -> bool {
+        id.as_i64().is_some_and(|id| self.pending().contains_key(&id))
     }
 
     /// Fails every call still waiting (the connection is closing).
@@ -261,15 +271,32 @@ impl Outbox {
     }
 }
 
-struct PendingCall<'a> {
-    outbox: &'a Outbox,
+/// A request we sent, waiting for its answer.
+pub struct PendingCall {
+    outbox: Outbox,
     id: i64,
-    answered: bool,
+    answer: Option<oneshot::Receiver<Answer>>,
 }
 
-impl Drop for PendingCall<'_> {
+impl PendingCall {
+    /// Waits for the answer and decodes it.
+    pub async fn result<R: serde::de::DeserializeOwned>(mut self) -> Result<R, CallError> {
+        let Some(answer) = self.answer.as_mut() else {
+            return Err(CallError::Closed);
+        };
+        let answer = answer.await;
+        self.answer = None;
+        match answer {
+            Ok(Ok(raw)) => serde_json::from_str(raw.get()).map_err(|err| CallError::BadResult(err.to_string())),
+            Ok(Err(err)) => Err(CallError::Rpc(err)),
+            Err(_) => Err(CallError::Closed),
+        }
+    }
+}
+
+impl Drop for PendingCall {
     fn drop(&mut self) {
-        if !self.answered && self.outbox.pending().remove(&self.id).is_some() {
+        if self.answer.is_some() && self.outbox.pending().remove(&self.id).is_some() {
             self.outbox.notify(CANCEL_REQUEST_METHOD, &serde_json::json!({ "requestId": self.id }));
         }
     }
@@ -372,8 +399,16 @@ impl<R: AsyncBufRead + Unpin> LineReader<R> {
 }
 
 /// Classifies one line from the peer. Responses to our own requests are
-/// routed to their waiting calls here and yield `Ok(None)`; blank lines too.
-pub fn classify(line: &[u8], outbox: &Outbox) -> Result<Option<Incoming>, Malformed> {
+/// routed to their waiting calls here and yield [`Classified::Consumed`]; blank lines too.
+pub fn classify(line: &[u8], outbox: &Outbox) -> Classified {
+    match classify_inner(line, outbox) {
+        Ok(Some(incoming)) => Classified::Incoming(incoming),
+        Ok(None) => Classified::Consumed,
+        Err(classified) => *classified,
+    }
+}
+
+fn classify_inner(line: &[u8], outbox: &Outbox) -> Result<Option<Incoming>, Box<Classified>> {
     if line.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
     }
@@ -383,7 +418,7 @@ pub fn classify(line: &[u8], outbox: &Outbox) -> Result<Option<Incoming>, Malfor
         } else {
             format!("Parse error: {err}")
         };
-        Malformed::Answer(Value::Null, RpcError::new(PARSE_ERROR, message))
+        Box::new(Classified::Malformed(Value::Null, RpcError::new(PARSE_ERROR, message)))
     })?;
     let Value::Object(mut object) = value else {
         let message = if value.is_array() {
@@ -391,12 +426,12 @@ pub fn classify(line: &[u8], outbox: &Outbox) -> Result<Option<Incoming>, Malfor
         } else {
             "Invalid request: a JSON-RPC message must be a JSON object"
         };
-        return Err(Malformed::Answer(Value::Null, RpcError::new(INVALID_REQUEST, message)));
+        return Err(Box::new(Classified::Malformed(Value::Null, RpcError::new(INVALID_REQUEST, message))));
     };
     let id = object.remove("id");
     let invalid = |id: Option<&Value>, message: &str| {
         let id = id.filter(|id| id.is_string() || id.is_number()).cloned().unwrap_or(Value::Null);
-        Malformed::Answer(id, RpcError::new(INVALID_REQUEST, format!("Invalid request: {message}")))
+        Box::new(Classified::Malformed(id, RpcError::new(INVALID_REQUEST, format!("Invalid request: {message}"))))
     };
     if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return Err(invalid(id.as_ref(), "\"jsonrpc\" must be \"2.0\""));
@@ -427,7 +462,16 @@ pub fn classify(line: &[u8], outbox: &Outbox) -> Result<Option<Incoming>, Malfor
                     .map_err(|err| RpcError::new(INTERNAL_ERROR, err.to_string())),
                 (None, Some(error)) => Err(serde_json::from_value::<RpcError>(error)
                     .unwrap_or_else(|err| RpcError::new(INTERNAL_ERROR, format!("malformed error object: {err}")))),
-                _ => return Err(Malformed::Ignore(format!("response {id} has neither or both of result and error"))),
+                _ if outbox.is_waiting_for(&id) => {
+                    // A broken answer to our own request: fail that call rather than wait forever.
+                    Err(RpcError::new(INVALID_REQUEST, "the response has neither or both of result and error"))
+                }
+                _ => {
+                    return Err(Box::new(Classified::Malformed(
+                        id,
+                        RpcError::new(INVALID_REQUEST, "Invalid request: a request needs a \"method\""),
+                    )));
+                }
             };
             outbox.complete(&id, answer);
             Ok(None)
@@ -474,14 +518,14 @@ mod tests {
         assert_eq!(reader.next_line().await.unwrap(), None);
     }
 
-    fn classify_str(line: &str) -> Result<Option<Incoming>, Malformed> {
+    fn classify_str(line: &str) -> Classified {
         let (outbox, _writer) = Outbox::new();
         classify(line.as_bytes(), &outbox)
     }
 
-    fn answer(result: Result<Option<Incoming>, Malformed>) -> (Value, i32) {
+    fn answer(result: Classified) -> (Value, i32) {
         match result {
-            Err(Malformed::Answer(id, err)) => (id, err.code),
+            Classified::Malformed(id, err) => (id, err.code),
             other => panic!("expected an error answer, got {other:?}"),
         }
     }
@@ -490,13 +534,13 @@ mod tests {
     fn classification() {
         assert!(matches!(
             classify_str(r#"{"jsonrpc":"2.0","id":7,"method":"initialize","params":{}}"#),
-            Ok(Some(Incoming::Request { .. }))
+            Classified::Incoming(Incoming::Request { .. })
         ));
         assert!(matches!(
             classify_str(r#"{"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":"s"}}"#),
-            Ok(Some(Incoming::Notification { .. }))
+            Classified::Incoming(Incoming::Notification { .. })
         ));
-        assert!(matches!(classify_str("   "), Ok(None)));
+        assert!(matches!(classify_str("   "), Classified::Consumed));
         assert_eq!(answer(classify_str("{nope")), (Value::Null, PARSE_ERROR));
         assert_eq!(answer(classify_str("[]")), (Value::Null, INVALID_REQUEST));
         assert_eq!(answer(classify_str("42")), (Value::Null, INVALID_REQUEST));
@@ -535,7 +579,7 @@ mod tests {
         let sent: Value = serde_json::from_str(&line).unwrap();
         assert_eq!(sent["method"], "fs/read_text_file");
         let reply = format!(r#"{{"jsonrpc":"2.0","id":{},"result":{{"content":"hi"}}}}"#, sent["id"]);
-        assert!(classify(reply.as_bytes(), &outbox).unwrap().is_none());
+        assert!(matches!(classify(reply.as_bytes(), &outbox), Classified::Consumed));
         assert_eq!(call.await.unwrap().unwrap()["content"], "hi");
 
         // A call dropped before its answer sends $/cancel_request for its id.

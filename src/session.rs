@@ -8,6 +8,7 @@
 //! arrives right after `session/prompt` always finds it. This module knows
 //! nothing of ACP or the model API beyond the message type.
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -15,6 +16,7 @@ use tokio::sync::OwnedMutexGuard;
 use tokio_util::sync::CancellationToken;
 
 use crate::model::Message;
+use crate::permission::{Mode, Policy};
 
 /// The conversation sent to the model.
 #[derive(Debug, Clone, Default)]
@@ -23,6 +25,8 @@ pub struct Conversation {
     pub system_prompt: String,
     /// Everything after the system prompt.
     pub messages: Vec<Message>,
+    /// Every tool-call id used so far: ACP wants them unique within the session.
+    pub tool_call_ids: HashSet<String>,
 }
 
 /// Where a session works and what it was given.
@@ -47,6 +51,7 @@ pub struct Session {
     token: CancellationToken,
     conversation: Arc<tokio::sync::Mutex<Conversation>>,
     turn: Mutex<Option<CancellationToken>>,
+    policy: Mutex<Policy>,
 }
 
 /// A running turn's hold on its session: the conversation, exclusively, and
@@ -64,9 +69,34 @@ impl Session {
             id,
             setup,
             token: parent.child_token(),
-            conversation: Arc::new(tokio::sync::Mutex::new(Conversation { system_prompt, messages: Vec::new() })),
+            conversation: Arc::new(tokio::sync::Mutex::new(Conversation {
+                system_prompt,
+                messages: Vec::new(),
+                tool_call_ids: HashSet::new(),
+            })),
             turn: Mutex::new(None),
+            policy: Mutex::new(Policy::new(Mode::Ask)),
         }
+    }
+
+    /// The permission policy (mode and remembered answers).
+    pub fn policy(&self) -> &Mutex<Policy> {
+        &self.policy
+    }
+
+    /// The current mode.
+    pub fn mode(&self) -> Mode {
+        self.policy.lock().unwrap_or_else(PoisonError::into_inner).mode()
+    }
+
+    /// Switches the mode; the next tool call is judged by it.
+    pub fn set_mode(&self, mode: Mode) {
+        self.policy.lock().unwrap_or_else(PoisonError::into_inner).set_mode(mode);
+    }
+
+    /// The session roots: the cwd, then the additional directories.
+    pub fn roots(&self) -> Vec<PathBuf> {
+        std::iter::once(self.setup.cwd.clone()).chain(self.setup.additional_directories.iter().cloned()).collect()
     }
 
     /// The session id.

@@ -8,7 +8,10 @@
 //! registers its turn inline (so an immediately following `session/cancel`
 //! finds it) and runs the turn in its own task, so the reader keeps reading.
 
+mod client;
+mod options;
 mod prompt;
+mod updates;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -18,10 +21,11 @@ use std::time::Duration;
 
 use agent_client_protocol_schema::ProtocolVersion;
 use agent_client_protocol_schema::v1::{
-    AgentCapabilities, CancelNotification, ClientCapabilities, ContentBlock, ContentChunk, Implementation,
-    InitializeRequest, InitializeResponse, MessageId, NewSessionRequest, NewSessionResponse, PromptCapabilities,
-    PromptRequest, PromptResponse, SessionId, SessionNotification, SessionUpdate, StopReason as AcpStopReason,
-    UsageUpdate,
+    AgentCapabilities, CancelNotification, ClientCapabilities, ConfigOptionUpdate, CurrentModeUpdate, Implementation,
+    InitializeRequest, InitializeResponse, NewSessionRequest, NewSessionResponse, PromptCapabilities, PromptRequest,
+    PromptResponse, SessionAdditionalDirectoriesCapabilities, SessionCapabilities, SessionId, SessionUpdate,
+    SetSessionConfigOptionRequest, SetSessionConfigOptionResponse, SetSessionModeRequest, SetSessionModeResponse,
+    StopReason as AcpStopReason,
 };
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -29,14 +33,18 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::agent::{AgentEvent, EventSink, StopReason, Turn, TurnError};
+use crate::agent::{StopReason, Turn, TurnError, Workspace};
 use crate::config::{Config, ConfigSource};
 use crate::model::{ModelClient, ModelError};
+use crate::permission::Mode;
 use crate::rpc::{
-    self, CANCEL_REQUEST_METHOD, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, Incoming, Line, LineReader,
-    METHOD_NOT_FOUND, Malformed, Outbox, RequestId, RpcError,
+    self, CANCEL_REQUEST_METHOD, Classified, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, Incoming, Line,
+    LineReader, METHOD_NOT_FOUND, Outbox, RequestId, RpcError,
 };
 use crate::session::{Session, SessionSetup};
+use crate::tools::ToolLimits;
+use client::{ClientApprover, ClientHost};
+use updates::SessionEvents;
 
 /// ACP's "resource not found" code, used for unknown sessions.
 const RESOURCE_NOT_FOUND: i32 = -32002;
@@ -150,14 +158,16 @@ impl Server {
 
     fn handle_line(self: &Arc<Self>, line: &[u8]) {
         match rpc::classify(line, &self.outbox) {
-            Ok(Some(Incoming::Request { id, method, params })) => self.handle_request(id, &method, params),
-            Ok(Some(Incoming::Notification { method, params })) => self.handle_notification(&method, params),
-            Ok(None) => {}
-            Err(Malformed::Answer(id, error)) => {
+            Classified::Incoming(Incoming::Request { id, method, params }) => self.handle_request(id, &method, params),
+            Classified::Incoming(Incoming::Notification { method, params }) => {
+                self.handle_notification(&method, params)
+            }
+            Classified::Consumed => {}
+            Classified::Malformed(id, error) => {
                 tracing::warn!(code = error.code, message = %error.message, "answering a malformed message");
                 self.outbox.respond_err(&id, &error);
             }
-            Err(Malformed::Ignore(why)) => tracing::warn!(%why, "ignoring a malformed message"),
+            Classified::Ignored(why) => tracing::warn!(%why, "ignoring a malformed message"),
         }
     }
 
@@ -181,6 +191,8 @@ impl Server {
             ),
             "session/new" => self.outbox.respond(&id, self.new_session(params)),
             "session/prompt" => self.prompt(id, params),
+            "session/set_mode" => self.outbox.respond(&id, self.set_mode(params)),
+            "session/set_config_option" => self.outbox.respond(&id, self.set_config_option(params)),
             _ => self.outbox.respond_err(&id, &RpcError::new(METHOD_NOT_FOUND, format!("Method not found: {method}"))),
         }
     }
@@ -196,10 +208,10 @@ impl Server {
                 Err(err) => tracing::warn!(%err, "ignoring a malformed session/cancel"),
             },
             CANCEL_REQUEST_METHOD => {
-                if let Some(request_id) = params.get("requestId") {
-                    if let Some(token) = lock(&self.cancellable).get(&request_id.to_string()) {
-                        token.cancel();
-                    }
+                if let Some(request_id) = params.get("requestId")
+                    && let Some(token) = lock(&self.cancellable).get(&request_id.to_string())
+                {
+                    token.cancel();
                 }
             }
             // Unknown notifications, `_`-prefixed extensions included, are ignored (ACP extensibility).
@@ -218,7 +230,10 @@ impl Server {
         self.initialized.store(true, Ordering::Release);
         let vision = self.config.default_model().is_some_and(|m| m.vision);
         let capabilities = AgentCapabilities::new()
-            .prompt_capabilities(PromptCapabilities::new().embedded_context(true).image(vision));
+            .prompt_capabilities(PromptCapabilities::new().embedded_context(true).image(vision))
+            .session_capabilities(
+                SessionCapabilities::new().additional_directories(SessionAdditionalDirectoriesCapabilities::new()),
+            );
         Ok(InitializeResponse::new(ProtocolVersion::V1)
             .agent_capabilities(capabilities)
             .agent_info(Implementation::new("lathe", env!("CARGO_PKG_VERSION")).title("lathe")))
@@ -246,9 +261,52 @@ impl Server {
         let setup =
             SessionSetup { cwd, additional_directories, mcp_servers, model_key: self.config.default_model.clone() };
         let session = Arc::new(Session::new(Arc::clone(&id), setup, system_prompt, &self.root));
+        let response = NewSessionResponse::new(SessionId::new(Arc::clone(&id)))
+            .modes(options::mode_state(&session))
+            .config_options(options::config_options(&session));
         lock(&self.sessions).insert(Arc::clone(&id), session);
         tracing::info!(session = %id, "session created");
-        Ok(NewSessionResponse::new(SessionId::new(id)))
+        Ok(response)
+    }
+
+    fn set_mode(&self, params: Value) -> Result<SetSessionModeResponse, RpcError> {
+        let request: SetSessionModeRequest = parse_params(params)?;
+        let session = self.session(&request.session_id)?;
+        let mode = parse_mode(&request.mode_id.0)?;
+        session.set_mode(mode);
+        // The mode is also a config option: keep the editor's copy of it in sync.
+        self.events(&session)
+            .send(SessionUpdate::ConfigOptionUpdate(ConfigOptionUpdate::new(options::config_options(&session))));
+        Ok(SetSessionModeResponse::new())
+    }
+
+    fn set_config_option(&self, params: Value) -> Result<SetSessionConfigOptionResponse, RpcError> {
+        let request: SetSessionConfigOptionRequest = parse_params(params)?;
+        let session = self.session(&request.session_id)?;
+        let value = request.value.as_value_id().map(|v| v.0.to_string()).ok_or_else(|| {
+            RpcError::new(
+                INVALID_PARAMS,
+                format!("Invalid params: value: option \"{}\" takes a value id", request.config_id.0),
+            )
+        })?;
+        match &*request.config_id.0 {
+            options::MODE_OPTION => {
+                session.set_mode(parse_mode(&value)?);
+                self.events(&session)
+                    .send(SessionUpdate::CurrentModeUpdate(CurrentModeUpdate::new(session.mode().id())));
+            }
+            other => {
+                return Err(RpcError::new(
+                    INVALID_PARAMS,
+                    format!("Invalid params: configId: unknown option \"{other}\""),
+                ));
+            }
+        }
+        Ok(SetSessionConfigOptionResponse::new(options::config_options(&session)))
+    }
+
+    fn events(&self, session: &Session) -> SessionEvents {
+        SessionEvents { outbox: self.outbox.clone(), session_id: SessionId::new(Arc::clone(session.id())) }
     }
 
     fn session(&self, id: &SessionId) -> Result<Arc<Session>, RpcError> {
@@ -308,12 +366,30 @@ impl Server {
         let server = Arc::clone(self);
         self.tasks.spawn(async move {
             let token = turn.token().clone();
-            let sink =
-                SessionEvents { outbox: server.outbox.clone(), session_id: SessionId::new(Arc::clone(session.id())) };
+            let session_id = SessionId::new(Arc::clone(session.id()));
+            let sink = server.events(&session);
+            let capabilities = server.client_capabilities.get().cloned().unwrap_or_default();
+            let host = ClientHost::new(server.outbox.clone(), session_id.clone(), &capabilities);
+            let approver = ClientApprover { outbox: server.outbox.clone(), session_id };
+            let roots = session.roots();
+            let limits = ToolLimits::default();
             let result = match server.model_client(&model_key) {
                 Ok(client) => {
-                    let turn_runner =
-                        Turn { client: &client, settings: &server.config.agent, events: &sink, cancel: &token };
+                    let turn_runner = Turn {
+                        client: &client,
+                        settings: &server.config.agent,
+                        events: &sink,
+                        cancel: &token,
+                        workspace: Workspace {
+                            cwd: &session.setup().cwd,
+                            roots: &roots,
+                            host: &host,
+                            approver: &approver,
+                            policy: session.policy(),
+                            limits: &limits,
+                        },
+                        tools: crate::tools::definitions(),
+                    };
                     turn_runner.run(turn.conversation(), parts).await
                 }
                 Err(err) => Err(TurnError::Model(err)),
@@ -351,6 +427,16 @@ fn absolute_dir(path: &std::path::Path, field: &str) -> Result<PathBuf, RpcError
         tracing::warn!(path = %path.display(), "{field} is not an existing directory");
     }
     Ok(path.to_path_buf())
+}
+
+fn parse_mode(id: &str) -> Result<Mode, RpcError> {
+    Mode::from_id(id).ok_or_else(|| {
+        let known: Vec<&str> = Mode::ALL.iter().map(|m| m.id()).collect();
+        RpcError::new(
+            INVALID_PARAMS,
+            format!("Invalid params: unknown mode \"{id}\" (available: {})", known.join(", ")),
+        )
+    })
 }
 
 fn to_acp_stop_reason(stop: StopReason) -> AcpStopReason {
@@ -399,25 +485,4 @@ fn parse_params<T: DeserializeOwned>(params: Value) -> Result<T, RpcError> {
         };
         RpcError::new(INVALID_PARAMS, message)
     })
-}
-
-/// Sends one session's agent events as `session/update` notifications.
-struct SessionEvents {
-    outbox: Outbox,
-    session_id: SessionId,
-}
-
-impl EventSink for SessionEvents {
-    fn emit(&self, event: AgentEvent) {
-        let update = match event {
-            AgentEvent::AgentText { message_id, text } => SessionUpdate::AgentMessageChunk(
-                ContentChunk::new(ContentBlock::from(text)).message_id(MessageId::new(message_id)),
-            ),
-            AgentEvent::AgentThought { message_id, text } => SessionUpdate::AgentThoughtChunk(
-                ContentChunk::new(ContentBlock::from(text)).message_id(MessageId::new(message_id)),
-            ),
-            AgentEvent::Usage { used, size } => SessionUpdate::UsageUpdate(UsageUpdate::new(used, size)),
-        };
-        self.outbox.notify("session/update", &SessionNotification::new(self.session_id.clone(), update));
-    }
 }

@@ -1,70 +1,1222 @@
-//! File tools: read_file, write_file, edit_file. (Being written.)
+//! The file tools `read_file`, `write_file` and `edit_file`: their arguments
+//! and schemas, how a call is described before it runs (title, locations and,
+//! for changes, the diff the permission prompt shows), and running it:
+//! line-numbered reading within the output limits, whole-file writes, and
+//! exact-string edits applied all or nothing.
+//!
+//! Reads and writes go through [`Host`](super::Host), so this module does not
+//! know whether the disk or the editor's buffers answer; it knows nothing of
+//! ACP or the model API. Only the `describe_*` functions touch the disk
+//! directly, for a small bounded preview taken before permission is asked.
 
+use std::fmt::Write as _;
+use std::future::Future;
 use std::path::Path;
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
 
-use super::{Access, Description, ToolContext, ToolOutcome};
+use super::local::{BINARY_SNIFF_BYTES, read_text_blocking, size_text};
+use super::{
+    Access, Description, DisplayContent, HostError, Location, OutcomeStatus, ToolContext, ToolLimits, ToolOutcome,
+    paths,
+};
+
+/// Largest file `describe_*` reads to preview a change; bigger files get no preview.
+const PREVIEW_MAX_BYTES: u64 = 256 * 1024;
+
+/// Largest existing file `write_file` reads to show what it replaced.
+const DIFF_SOURCE_MAX_BYTES: u64 = 1024 * 1024;
+
+/// Lines searched for the text closest to an `old_string` that was not found.
+const CLOSEST_SCAN_LINES: usize = 50_000;
 
 /// Arguments of `read_file`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct ReadFileArgs {
     /// Absolute or cwd-relative path.
+    #[serde(alias = "file_path", alias = "filePath")]
     pub path: String,
+    /// 1-based first line to show.
+    #[serde(default, deserialize_with = "lenient_count")]
+    pub offset: Option<usize>,
+    /// Number of lines to show.
+    #[serde(default, deserialize_with = "lenient_count")]
+    pub limit: Option<usize>,
 }
 
 /// Arguments of `write_file`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct WriteFileArgs {
     /// Absolute or cwd-relative path.
+    #[serde(alias = "file_path", alias = "filePath")]
     pub path: String,
+    /// The whole new content.
+    #[serde(alias = "contents", alias = "text")]
+    pub content: String,
 }
 
-/// Arguments of `edit_file`.
+/// Arguments of `edit_file`: one replacement (`old_string`, `new_string`,
+/// `replace_all`), or several in `edits`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct EditFileArgs {
     /// Absolute or cwd-relative path.
+    #[serde(alias = "file_path", alias = "filePath")]
     pub path: String,
+    /// Exact text to replace.
+    #[serde(default, alias = "old_str", alias = "oldString")]
+    pub old_string: Option<String>,
+    /// Text to put in its place.
+    #[serde(default, alias = "new_str", alias = "newString")]
+    pub new_string: Option<String>,
+    /// Replace every occurrence of `old_string` rather than exactly one.
+    #[serde(default, alias = "replaceAll", deserialize_with = "lenient_bool")]
+    pub replace_all: Option<bool>,
+    /// Several replacements, applied in order.
+    #[serde(default, deserialize_with = "lenient_edits")]
+    pub edits: Option<Vec<Edit>>,
+}
+
+/// One exact-string replacement.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Edit {
+    /// Exact text to replace.
+    #[serde(alias = "old_str", alias = "oldString")]
+    pub old_string: String,
+    /// Text to put in its place.
+    #[serde(alias = "new_str", alias = "newString")]
+    pub new_string: String,
+    /// Replace every occurrence rather than exactly one.
+    #[serde(default, alias = "replaceAll", deserialize_with = "lenient_flag")]
+    pub replace_all: bool,
 }
 
 /// JSON schema of `read_file`.
 pub fn read_file_schema() -> Value {
-    json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]})
-}
-/// JSON schema of `write_file`.
-pub fn write_file_schema() -> Value {
-    json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]})
-}
-/// JSON schema of `edit_file`.
-pub fn edit_file_schema() -> Value {
-    json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]})
+    json!({
+        "type": "object",
+        "properties": {
+            "path": {
+                "type": "string",
+                "description": "The file to read: absolute, or relative to the project root."
+            },
+            "offset": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "1-based line number to start reading at. Omit to start at the first line."
+            },
+            "limit": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "How many lines to read. Omit to read as many as the output limit allows."
+            }
+        },
+        "required": ["path"]
+    })
 }
 
-fn stub(path: &str, cwd: &Path) -> Description {
-    Description { title: path.to_owned(), locations: Vec::new(), access: Access::Read(vec![super::paths::resolve(cwd, path)]), preview: Vec::new() }
+/// JSON schema of `write_file`.
+pub fn write_file_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "path": {
+                "type": "string",
+                "description": "The file to create or overwrite: absolute, or relative to the project root."
+            },
+            "content": {
+                "type": "string",
+                "description": "The complete new content of the file."
+            }
+        },
+        "required": ["path", "content"]
+    })
 }
-/// Describes a `read_file` call.
+
+/// JSON schema of `edit_file`.
+pub fn edit_file_schema() -> Value {
+    let old_string = "The exact text to replace, including whitespace and indentation. It must occur exactly once \
+                      unless replace_all is true.";
+    let new_string = "The text to put in its place (empty to delete old_string).";
+    let replace_all = "Replace every occurrence of old_string instead of exactly one. Default false.";
+    json!({
+        "type": "object",
+        "properties": {
+            "path": {
+                "type": "string",
+                "description": "The file to edit: absolute, or relative to the project root."
+            },
+            "old_string": { "type": "string", "description": old_string },
+            "new_string": { "type": "string", "description": new_string },
+            "replace_all": { "type": "boolean", "description": replace_all },
+            "edits": {
+                "type": "array",
+                "description": "Several replacements in one file, applied in order, all or nothing. Use instead of \
+                                old_string and new_string.",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "old_string": { "type": "string", "description": old_string },
+                        "new_string": { "type": "string", "description": new_string },
+                        "replace_all": { "type": "boolean", "description": replace_all }
+                    },
+                    "required": ["old_string", "new_string"]
+                }
+            }
+        },
+        "required": ["path"]
+    })
+}
+
+/// Describes a `read_file` call: "Read src/main.rs (lines 10-40)".
 pub fn describe_read_file(args: &ReadFileArgs, cwd: &Path) -> Description {
-    stub(&args.path, cwd)
+    let path = paths::resolve(cwd, &args.path);
+    let shown = paths::display(&path, cwd);
+    let first = args.offset.unwrap_or(1).max(1);
+    let title = match (args.offset, args.limit.filter(|&limit| limit > 0)) {
+        (_, Some(limit)) => format!("Read {shown} (lines {first}-{})", first.saturating_add(limit - 1)),
+        (Some(offset), None) if offset > 1 => format!("Read {shown} (from line {offset})"),
+        _ => format!("Read {shown}"),
+    };
+    Description {
+        title,
+        locations: vec![Location { path: path.clone(), line: args.offset.map(|_| line_number(first)) }],
+        access: Access::Read(vec![path]),
+        preview: Vec::new(),
+    }
 }
-/// Describes a `write_file` call.
+
+/// Describes a `write_file` call: "Create src/new.rs" or "Write src/main.rs",
+/// with the diff against the current content as the preview when the file is
+/// small enough to read cheaply.
 pub fn describe_write_file(args: &WriteFileArgs, cwd: &Path) -> Description {
-    stub(&args.path, cwd)
+    let path = paths::resolve(cwd, &args.path);
+    let shown = paths::display(&path, cwd);
+    let (title, preview) = match std::fs::metadata(&path) {
+        Err(_) => (
+            format!("Create {shown}"),
+            vec![DisplayContent::Diff { path: path.clone(), old_text: None, new_text: args.content.clone() }],
+        ),
+        Ok(_) => {
+            // Unreadable, binary or large: no preview rather than a misleading new-file diff.
+            let preview = read_text_blocking(&path, PREVIEW_MAX_BYTES)
+                .ok()
+                .map(|old| DisplayContent::Diff {
+                    path: path.clone(),
+                    old_text: Some(old),
+                    new_text: args.content.clone(),
+                })
+                .into_iter()
+                .collect();
+            (format!("Write {shown}"), preview)
+        }
+    };
+    Description {
+        title,
+        locations: vec![Location { path: path.clone(), line: None }],
+        access: Access::Write(vec![path]),
+        preview,
+    }
 }
-/// Describes an `edit_file` call.
+
+/// Describes an `edit_file` call: "Edit src/lib.rs", with the resulting diff
+/// as the preview when the file is small and the edits apply.
 pub fn describe_edit_file(args: &EditFileArgs, cwd: &Path) -> Description {
-    stub(&args.path, cwd)
+    let path = paths::resolve(cwd, &args.path);
+    let shown = paths::display(&path, cwd);
+    let preview = planned_edits(args)
+        .ok()
+        .and_then(|edits| {
+            let old = read_text_blocking(&path, PREVIEW_MAX_BYTES).ok()?;
+            let applied = apply_edits(&old, &edits, &shown).ok()?;
+            Some(DisplayContent::Diff { path: path.clone(), old_text: Some(old), new_text: applied.text })
+        })
+        .into_iter()
+        .collect();
+    Description {
+        title: format!("Edit {shown}"),
+        locations: vec![Location { path: path.clone(), line: None }],
+        access: Access::Write(vec![path]),
+        preview,
+    }
 }
-/// Runs `read_file`.
-pub async fn read_file(_args: ReadFileArgs, _ctx: &ToolContext<'_>) -> ToolOutcome {
-    ToolOutcome::failed("not implemented yet")
+
+/// Runs `read_file`: the requested lines, numbered like `cat -n`, within the
+/// output limits, with a note saying how to read on when cut short.
+pub async fn read_file(args: ReadFileArgs, ctx: &ToolContext<'_>) -> ToolOutcome {
+    let path = paths::resolve(ctx.cwd, &args.path);
+    let shown = paths::display(&path, ctx.cwd);
+    if is_directory(&path).await {
+        return ToolOutcome::failed(format!(
+            "{shown} is a directory, not a file. Use list_directory to see what it contains."
+        ));
+    }
+    let text = match race(ctx.cancel, ctx.host.read_text_file(&path)).await {
+        None => return ToolOutcome::cancelled(),
+        Some(Ok(text)) => text,
+        Some(Err(err)) => return ToolOutcome::failed(read_error(&err, &args.path, &path, "")),
+    };
+    if looks_binary(&text) {
+        return ToolOutcome::failed(format!(
+            "{shown} is a binary file ({}); only text files can be read.",
+            size_text(text.len() as u64)
+        ));
+    }
+    if text.is_empty() {
+        return ToolOutcome::completed(format!("{shown} is empty."));
+    }
+    let page = match Page::of(&text, args.offset, args.limit, ctx.limits) {
+        Ok(page) => page,
+        Err(total) => {
+            return ToolOutcome::failed(format!(
+                "offset={} is past the end of {shown}, which has {}. Call read_file with a smaller offset.",
+                args.offset.unwrap_or(1),
+                plural(total, "line")
+            ));
+        }
+    };
+    let mut for_model = page.body;
+    let more = page.last < page.total;
+    if more {
+        let capped = if page.capped_by_bytes {
+            format!(" (output is limited to {})", size_text(ctx.limits.read_max_bytes as u64))
+        } else {
+            String::new()
+        };
+        let _ = write!(
+            for_model,
+            "\n\n[Showing lines {}-{} of {}{capped}. Call read_file with offset={} to read more.]",
+            page.first,
+            page.last,
+            page.total,
+            page.last + 1
+        );
+    }
+    let summary = if page.first == 1 && !more {
+        format!("Read {}.", plural(page.total, "line"))
+    } else {
+        format!("Read lines {}-{} of {}.", page.first, page.last, page.total)
+    };
+    ToolOutcome {
+        status: OutcomeStatus::Completed,
+        for_model,
+        content: vec![DisplayContent::Text(summary)],
+        locations: None,
+        raw_output: Some(json!({
+            "path": path,
+            "firstLine": page.first,
+            "lastLine": page.last,
+            "totalLines": page.total,
+            "truncated": more,
+        })),
+    }
 }
-/// Runs `write_file`.
-pub async fn write_file(_args: WriteFileArgs, _ctx: &ToolContext<'_>) -> ToolOutcome {
-    ToolOutcome::failed("not implemented yet")
+
+/// Runs `write_file`: creates or replaces the whole file.
+pub async fn write_file(args: WriteFileArgs, ctx: &ToolContext<'_>) -> ToolOutcome {
+    let path = paths::resolve(ctx.cwd, &args.path);
+    let shown = paths::display(&path, ctx.cwd);
+    if is_directory(&path).await {
+        return ToolOutcome::failed(format!("{shown} is a directory; write_file needs the path of a file."));
+    }
+    let existing = tokio::fs::metadata(&path).await.ok();
+    let old = match existing {
+        Some(ref metadata) if metadata.len() <= DIFF_SOURCE_MAX_BYTES => {
+            match race(ctx.cancel, ctx.host.read_text_file(&path)).await {
+                None => return ToolOutcome::cancelled(),
+                // Unreadable old content only costs the diff, not the write.
+                Some(result) => result.ok().filter(|old| !looks_binary(old)),
+            }
+        }
+        _ => None,
+    };
+    if ctx.cancel.is_cancelled() {
+        return ToolOutcome::cancelled();
+    }
+    match race(ctx.cancel, ctx.host.write_text_file(&path, &args.content)).await {
+        None => return ToolOutcome::cancelled(),
+        Some(Err(err)) => return ToolOutcome::failed(write_error(&err, &shown)),
+        Some(Ok(())) => {}
+    }
+    let lines = plural(args.content.lines().count(), "line");
+    let (for_model, content) = match (existing.is_some(), old) {
+        (false, _) => (
+            format!("Created {shown} ({lines})."),
+            DisplayContent::Diff { path: path.clone(), old_text: None, new_text: args.content },
+        ),
+        (true, Some(old)) => (
+            format!("Wrote {lines} to {shown}."),
+            DisplayContent::Diff { path: path.clone(), old_text: Some(old), new_text: args.content },
+        ),
+        // A new-file diff would mislead; say what happened instead.
+        (true, None) => {
+            (format!("Wrote {lines} to {shown}."), DisplayContent::Text(format!("Overwrote {shown} ({lines}).")))
+        }
+    };
+    ToolOutcome {
+        status: OutcomeStatus::Completed,
+        for_model,
+        content: vec![content],
+        locations: Some(vec![Location { path, line: None }]),
+        raw_output: None,
+    }
 }
-/// Runs `edit_file`.
-pub async fn edit_file(_args: EditFileArgs, _ctx: &ToolContext<'_>) -> ToolOutcome {
-    ToolOutcome::failed("not implemented yet")
+
+/// Runs `edit_file`: applies every replacement to the current text, then
+/// writes the result once; if any replacement fails nothing is written.
+pub async fn edit_file(args: EditFileArgs, ctx: &ToolContext<'_>) -> ToolOutcome {
+    let path = paths::resolve(ctx.cwd, &args.path);
+    let shown = paths::display(&path, ctx.cwd);
+    let edits = match planned_edits(&args) {
+        Ok(edits) => edits,
+        Err(message) => return ToolOutcome::failed(message),
+    };
+    if is_directory(&path).await {
+        return ToolOutcome::failed(format!("{shown} is a directory; edit_file needs the path of a file."));
+    }
+    let old = match race(ctx.cancel, ctx.host.read_text_file(&path)).await {
+        None => return ToolOutcome::cancelled(),
+        Some(Ok(text)) => text,
+        Some(Err(err)) => {
+            return ToolOutcome::failed(read_error(&err, &args.path, &path, " To create a new file, use write_file."));
+        }
+    };
+    if looks_binary(&old) {
+        return ToolOutcome::failed(format!("{shown} is a binary file; edit_file only edits text files."));
+    }
+    let applied = match apply_edits(&old, &edits, &shown) {
+        Ok(applied) => applied,
+        Err(message) => return ToolOutcome::failed(message),
+    };
+    if ctx.cancel.is_cancelled() {
+        return ToolOutcome::cancelled();
+    }
+    match race(ctx.cancel, ctx.host.write_text_file(&path, &applied.text)).await {
+        None => return ToolOutcome::cancelled(),
+        Some(Err(err)) => return ToolOutcome::failed(write_error(&err, &shown)),
+        Some(Ok(())) => {}
+    }
+    let line = first_changed_line(&old, &applied.text);
+    let replaced = if applied.replacements > edits.len() {
+        format!(" ({} replacements)", applied.replacements)
+    } else {
+        String::new()
+    };
+    ToolOutcome {
+        status: OutcomeStatus::Completed,
+        for_model: format!("Applied {}{replaced} to {shown}.", plural(edits.len(), "edit")),
+        content: vec![DisplayContent::Diff { path: path.clone(), old_text: Some(old), new_text: applied.text }],
+        locations: Some(vec![Location { path, line: Some(line_number(line)) }]),
+        raw_output: None,
+    }
+}
+
+/// A unified diff of `old` and `new` with three lines of context, headed
+/// `a/<path_label>` and `b/<path_label>`; empty when they are equal.
+pub fn unified_diff(old: &str, new: &str, path_label: &str) -> String {
+    if old == new {
+        return String::new();
+    }
+    similar::TextDiff::from_lines(old, new)
+        .unified_diff()
+        .context_radius(3)
+        .header(&format!("a/{path_label}"), &format!("b/{path_label}"))
+        .to_string()
+}
+
+/// Resolves `work` unless the turn is cancelled first; dropping the host's
+/// future withdraws a pending editor request.
+async fn race<T>(cancel: &CancellationToken, work: impl Future<Output = T>) -> Option<T> {
+    tokio::select! {
+        biased;
+        () = cancel.cancelled() => None,
+        value = work => Some(value),
+    }
+}
+
+async fn is_directory(path: &Path) -> bool {
+    tokio::fs::metadata(path).await.is_ok_and(|metadata| metadata.is_dir())
+}
+
+/// Binary content the editor handed over as text (the local host refuses it
+/// before decoding).
+fn looks_binary(text: &str) -> bool {
+    text.as_bytes()[..text.len().min(BINARY_SNIFF_BYTES)].contains(&0)
+}
+
+fn read_error(err: &HostError, asked: &str, path: &Path, hint: &str) -> String {
+    match err {
+        HostError::NotFound(_) if Path::new(asked) == path => format!("File not found: {}.{hint}", path.display()),
+        HostError::NotFound(_) => format!("File not found: {asked} (resolved to {}).{hint}", path.display()),
+        HostError::Other(message) => message.clone(),
+    }
+}
+
+fn write_error(err: &HostError, shown: &str) -> String {
+    match err {
+        HostError::NotFound(_) => {
+            format!("Could not write {shown}: a parent path does not exist or is not a directory.")
+        }
+        HostError::Other(message) => message.clone(),
+    }
+}
+
+fn plural(count: usize, noun: &str) -> String {
+    if count == 1 { format!("1 {noun}") } else { format!("{count} {noun}s") }
+}
+
+fn line_number(line: usize) -> u32 {
+    u32::try_from(line).unwrap_or(u32::MAX)
+}
+
+/// The numbered lines one `read_file` call returns.
+struct Page {
+    body: String,
+    first: usize,
+    last: usize,
+    total: usize,
+    capped_by_bytes: bool,
+}
+
+impl Page {
+    /// The page, or the file's line count when `offset` lies past its end.
+    fn of(text: &str, offset: Option<usize>, limit: Option<usize>, limits: &ToolLimits) -> Result<Page, usize> {
+        let total = text.lines().count();
+        let first = offset.unwrap_or(1).max(1);
+        if first > total {
+            return Err(total);
+        }
+        let wanted = limit.filter(|&limit| limit > 0).unwrap_or(limits.read_default_lines).max(1);
+        let mut body = String::new();
+        let mut last = first - 1;
+        let mut capped_by_bytes = false;
+        for (index, line) in text.lines().enumerate().skip(first - 1).take(wanted) {
+            let mut numbered = format!("{:>6}\t", index + 1);
+            push_cut(&mut numbered, line, limits.read_max_line_chars);
+            numbered.push('\n');
+            // Always show at least one line, however long.
+            if last >= first && body.len() + numbered.len() > limits.read_max_bytes {
+                capped_by_bytes = true;
+                break;
+            }
+            body.push_str(&numbered);
+            last = index + 1;
+        }
+        body.truncate(body.trim_end_matches('\n').len());
+        Ok(Page { body, first, last, total, capped_by_bytes })
+    }
+}
+
+/// Appends `line`, cut to `max_chars` characters with a marker saying so.
+fn push_cut(out: &mut String, line: &str, max_chars: usize) {
+    match line.char_indices().nth(max_chars) {
+        None => out.push_str(line),
+        Some((cut, _)) => {
+            out.push_str(&line[..cut]);
+            let _ = write!(out, "… [line cut: {} characters in total]", line.chars().count());
+        }
+    }
+}
+
+/// A replacement to apply, with the name the model gave it (`edits[1]`), if any.
+#[derive(Debug, Clone)]
+struct PlannedEdit {
+    label: Option<String>,
+    edit: Edit,
+}
+
+/// The replacements a call asks for, checked for obvious mistakes.
+fn planned_edits(args: &EditFileArgs) -> Result<Vec<PlannedEdit>, String> {
+    let listed = args.edits.as_deref().unwrap_or_default();
+    let mut planned = Vec::with_capacity(listed.len() + 1);
+    match (&args.old_string, &args.new_string) {
+        (Some(old), Some(new)) => planned.push(PlannedEdit {
+            label: (!listed.is_empty()).then(|| "old_string".to_owned()),
+            edit: Edit {
+                old_string: old.clone(),
+                new_string: new.clone(),
+                replace_all: args.replace_all == Some(true),
+            },
+        }),
+        (Some(_), None) => {
+            return Err("new_string is missing: give the replacement text (an empty string deletes old_string).".into());
+        }
+        (None, Some(_)) => return Err("old_string is missing: give the exact text to replace.".into()),
+        (None, None) => {}
+    }
+    planned.extend(
+        listed
+            .iter()
+            .enumerate()
+            .map(|(index, edit)| PlannedEdit { label: Some(format!("edits[{index}]")), edit: edit.clone() }),
+    );
+    if planned.is_empty() {
+        return Err("edit_file needs old_string and new_string, or a non-empty list of edits.".into());
+    }
+    let count = planned.len();
+    for (index, item) in planned.iter().enumerate() {
+        let prefix = edit_prefix(item, index, count);
+        if item.edit.old_string.is_empty() {
+            return Err(format!(
+                "{prefix}old_string is empty. Give the exact text to replace; to create a file or replace all of \
+                 its content, use write_file."
+            ));
+        }
+        if item.edit.old_string == item.edit.new_string {
+            return Err(format!("{prefix}old_string and new_string are identical, so the edit would change nothing."));
+        }
+    }
+    Ok(planned)
+}
+
+fn edit_prefix(item: &PlannedEdit, index: usize, count: usize) -> String {
+    match &item.label {
+        Some(label) => format!("{label} (edit {} of {count}): ", index + 1),
+        None => String::new(),
+    }
+}
+
+struct Applied {
+    text: String,
+    replacements: usize,
+}
+
+/// Which spelling of an `old_string` matched the file.
+#[derive(Clone, Copy)]
+enum Spelling {
+    Exact,
+    /// Its line feeds as CRLF, for a file with Windows line endings.
+    Crlf,
+    /// Its CRLFs as line feeds, for a file with Unix line endings.
+    Lf,
+}
+
+/// Applies the edits in order to `original`; the first one that does not
+/// apply fails the whole set with a message the model can act on.
+fn apply_edits(original: &str, edits: &[PlannedEdit], shown: &str) -> Result<Applied, String> {
+    let crlf_file = prefers_crlf(original);
+    let mut text = original.to_owned();
+    let mut replacements = 0;
+    for (index, item) in edits.iter().enumerate() {
+        let Edit { old_string, new_string, replace_all } = &item.edit;
+        let prefix = edit_prefix(item, index, edits.len());
+        let after = if index > 0 { " (after applying the earlier edits)" } else { "" };
+        let found = [
+            (Spelling::Exact, old_string.clone()),
+            (Spelling::Crlf, to_crlf(old_string)),
+            (Spelling::Lf, to_lf(old_string)),
+        ]
+        .into_iter()
+        .filter(|(spelling, needle)| matches!(spelling, Spelling::Exact) || needle != old_string)
+        .find_map(|(spelling, needle)| {
+            let count = text.matches(needle.as_str()).count();
+            (count > 0).then_some((spelling, needle, count))
+        });
+        let Some((spelling, needle, count)) = found else {
+            return Err(not_found(&text, old_string, shown, &prefix, after));
+        };
+        if count > 1 && !replace_all {
+            let lines = match_lines(&text, &needle, 20);
+            let more = if count > lines.len() { ", …" } else { "" };
+            let listed = lines.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
+            return Err(format!(
+                "{prefix}old_string matches {count} places in {shown}{after} (lines {listed}{more}). No changes were \
+                 made. Include more surrounding lines in old_string so it matches exactly one place, or set \
+                 replace_all to true to change every occurrence."
+            ));
+        }
+        let replacement = match spelling {
+            Spelling::Crlf => to_crlf(new_string),
+            Spelling::Lf => to_lf(new_string),
+            Spelling::Exact if crlf_file && !new_string.contains('\r') => to_crlf(new_string),
+            Spelling::Exact => new_string.clone(),
+        };
+        if *replace_all {
+            text = text.replace(needle.as_str(), &replacement);
+            replacements += count;
+        } else {
+            text = text.replacen(needle.as_str(), &replacement, 1);
+            replacements += 1;
+        }
+    }
+    Ok(Applied { text, replacements })
+}
+
+/// Whether most line breaks in `text` are CRLF.
+fn prefers_crlf(text: &str) -> bool {
+    let crlf = text.matches("\r\n").count();
+    crlf > 0 && crlf * 2 >= text.matches('\n').count()
+}
+
+fn to_lf(text: &str) -> String {
+    text.replace("\r\n", "\n")
+}
+
+fn to_crlf(text: &str) -> String {
+    to_lf(text).replace('\n', "\r\n")
+}
+
+/// 1-based lines where `needle` starts, at most `max` of them.
+fn match_lines(text: &str, needle: &str, max: usize) -> Vec<usize> {
+    let mut lines = Vec::new();
+    let mut line = 1;
+    let mut scanned = 0;
+    for (start, _) in text.match_indices(needle).take(max) {
+        line += text[scanned..start].matches('\n').count();
+        scanned = start;
+        lines.push(line);
+    }
+    lines
+}
+
+/// The message for an `old_string` that is not in the file, with the most
+/// likely reason.
+fn not_found(text: &str, old_string: &str, shown: &str, prefix: &str, after: &str) -> String {
+    let mut message = format!("{prefix}old_string was not found in {shown}{after}. No changes were made.");
+    if has_line_number_prefixes(old_string) {
+        message.push_str(
+            " old_string seems to include the line numbers read_file adds (like \"    12\\t\"); give only the \
+             file's own text.",
+        );
+    } else if let Some((line, excerpt)) = closest_region(text, old_string) {
+        let _ = write!(
+            message,
+            " The most similar text is at line {line}:\n{excerpt}\nCompare whitespace, indentation and every \
+             character, then retry with text copied exactly from the file."
+        );
+    } else {
+        message.push_str(" Read the file again to see its current content, then retry with text copied exactly.");
+    }
+    message
+}
+
+/// Whether every non-empty line starts like `read_file` output (`   12\t`).
+fn has_line_number_prefixes(text: &str) -> bool {
+    let mut lines = text.lines().filter(|line| !line.trim().is_empty()).peekable();
+    lines.peek().is_some()
+        && lines.all(|line| {
+            let rest = line.trim_start_matches(' ');
+            let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+            digits > 0 && rest[digits..].starts_with('\t')
+        })
+}
+
+/// Where the file has text most like `needle`: its longest line is compared,
+/// ignoring whitespace, against every line of the file. Returns the 1-based
+/// line the region starts at and the region, numbered like `read_file`.
+fn closest_region(text: &str, needle: &str) -> Option<(usize, String)> {
+    let needle_lines: Vec<&str> = needle.lines().collect();
+    let (anchor_index, anchor) = needle_lines.iter().enumerate().max_by_key(|(_, line)| line.trim().len())?;
+    let anchor = squash(anchor);
+    if anchor.chars().count() < 3 {
+        return None;
+    }
+    let anchor_pairs = pairs(&anchor);
+    let lines: Vec<&str> = text.lines().take(CLOSEST_SCAN_LINES).collect();
+    let mut best: Option<(f64, usize)> = None;
+    for (index, line) in lines.iter().enumerate() {
+        let key = squash(line);
+        if key.is_empty() {
+            continue;
+        }
+        let score = if key == anchor { 1.0 } else { dice(&anchor_pairs, &pairs(&key)) };
+        if best.is_none_or(|(top, _)| score > top) {
+            best = Some((score, index));
+        }
+    }
+    let (score, index) = best?;
+    if score < 0.5 {
+        return None;
+    }
+    let start = index.saturating_sub(anchor_index);
+    let end = (start + needle_lines.len().clamp(1, 12)).min(lines.len());
+    let mut excerpt = String::new();
+    for (offset, line) in lines[start..end].iter().enumerate() {
+        let _ = write!(excerpt, "{:>6}\t", start + offset + 1);
+        push_cut(&mut excerpt, line, 200);
+        excerpt.push('\n');
+    }
+    excerpt.truncate(excerpt.trim_end_matches('\n').len());
+    Some((start + 1, excerpt))
+}
+
+fn squash(line: &str) -> String {
+    line.chars().filter(|c| !c.is_whitespace()).collect()
+}
+
+/// The sorted character pairs of `text`, for [`dice`].
+fn pairs(text: &str) -> Vec<(char, char)> {
+    let chars: Vec<char> = text.chars().collect();
+    let mut pairs: Vec<(char, char)> = chars.windows(2).map(|pair| (pair[0], pair[1])).collect();
+    pairs.sort_unstable();
+    pairs
+}
+
+/// Dice similarity of two sorted pair lists: 1.0 for the same pairs, 0.0 for none shared.
+fn dice(a: &[(char, char)], b: &[(char, char)]) -> f64 {
+    if a.is_empty() || b.is_empty() {
+        return 0.0;
+    }
+    let (mut i, mut j, mut shared) = (0, 0, 0usize);
+    while i < a.len() && j < b.len() {
+        match a[i].cmp(&b[j]) {
+            std::cmp::Ordering::Less => i += 1,
+            std::cmp::Ordering::Greater => j += 1,
+            std::cmp::Ordering::Equal => {
+                shared += 1;
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    (2 * shared) as f64 / (a.len() + b.len()) as f64
+}
+
+/// 1-based line of the first difference between `old` and `new`.
+fn first_changed_line(old: &str, new: &str) -> usize {
+    let differs_at = old.bytes().zip(new.bytes()).position(|(a, b)| a != b).unwrap_or_else(|| old.len().min(new.len()));
+    old.as_bytes()[..differs_at].iter().filter(|&&byte| byte == b'\n').count() + 1
+}
+
+/// A line number or count sent as a number, a numeric string, or null.
+fn lenient_count<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<usize>, D::Error> {
+    use serde::de::Error;
+    let whole = |value: f64| value >= 0.0 && value.fract() == 0.0;
+    match Option::<Value>::deserialize(deserializer)? {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(number)) => match (number.as_u64(), number.as_f64()) {
+            (Some(value), _) => Ok(Some(usize::try_from(value).unwrap_or(usize::MAX))),
+            (None, Some(value)) if whole(value) => Ok(Some(value as usize)),
+            _ => Err(D::Error::custom(format!("expected a positive whole number, got {number}"))),
+        },
+        Some(Value::String(text)) if text.trim().is_empty() => Ok(None),
+        Some(Value::String(text)) => text
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| D::Error::custom(format!("expected a positive whole number, got \"{text}\""))),
+        Some(other) => Err(D::Error::custom(format!("expected a positive whole number, got {other}"))),
+    }
+}
+
+/// A flag sent as a boolean, `"true"`/`"false"`, 0/1, or null.
+fn lenient_bool<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<bool>, D::Error> {
+    use serde::de::Error;
+    match Option::<Value>::deserialize(deserializer)? {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(flag)) => Ok(Some(flag)),
+        Some(Value::String(text)) if text.eq_ignore_ascii_case("true") => Ok(Some(true)),
+        Some(Value::String(text)) if text.eq_ignore_ascii_case("false") || text.is_empty() => Ok(Some(false)),
+        Some(Value::Number(number)) if number.as_u64() == Some(0) => Ok(Some(false)),
+        Some(Value::Number(number)) if number.as_u64() == Some(1) => Ok(Some(true)),
+        Some(other) => Err(D::Error::custom(format!("expected true or false, got {other}"))),
+    }
+}
+
+fn lenient_flag<'de, D: Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
+    Ok(lenient_bool(deserializer)?.unwrap_or(false))
+}
+
+/// A list of edits sent as an array, a single object, or an array encoded as
+/// a JSON string (some models double-encode nested arguments).
+fn lenient_edits<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Vec<Edit>>, D::Error> {
+    use serde::de::Error;
+    let value = match Option::<Value>::deserialize(deserializer)? {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::String(text)) => serde_json::from_str(&text)
+            .map_err(|err| D::Error::custom(format!("edits is a string that is not a JSON array ({err})")))?,
+        Some(value) => value,
+    };
+    let value = if value.is_object() { Value::Array(vec![value]) } else { value };
+    serde_json::from_value(value).map(Some).map_err(D::Error::custom)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::tools::local::LocalHost;
+    use crate::tools::{Progress, prepare};
+
+    struct Fixture {
+        dir: tempfile::TempDir,
+        roots: Vec<PathBuf>,
+        cancel: CancellationToken,
+        limits: ToolLimits,
+    }
+
+    fn no_progress(_: Progress) {}
+
+    impl Fixture {
+        fn new() -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            let roots = vec![dir.path().to_path_buf()];
+            Self { dir, roots, cancel: CancellationToken::new(), limits: ToolLimits::default() }
+        }
+
+        fn cwd(&self) -> &Path {
+            self.dir.path()
+        }
+
+        fn file(&self, name: &str, content: &str) -> PathBuf {
+            let path = self.cwd().join(name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, content).unwrap();
+            path
+        }
+
+        fn content(&self, name: &str) -> String {
+            std::fs::read_to_string(self.cwd().join(name)).unwrap()
+        }
+
+        fn ctx(&self) -> ToolContext<'_> {
+            ToolContext {
+                cwd: self.cwd(),
+                roots: &self.roots,
+                host: &LocalHost,
+                cancel: &self.cancel,
+                limits: &self.limits,
+                progress: &no_progress,
+            }
+        }
+
+        async fn read(&self, args: Value) -> ToolOutcome {
+            read_file(serde_json::from_value(args).unwrap(), &self.ctx()).await
+        }
+
+        async fn write(&self, args: Value) -> ToolOutcome {
+            write_file(serde_json::from_value(args).unwrap(), &self.ctx()).await
+        }
+
+        async fn edit(&self, args: Value) -> ToolOutcome {
+            edit_file(serde_json::from_value(args).unwrap(), &self.ctx()).await
+        }
+    }
+
+    fn numbered(lines: std::ops::RangeInclusive<usize>) -> String {
+        lines.map(|n| format!("{n:>6}\tline {n}")).collect::<Vec<_>>().join("\n")
+    }
+
+    #[tokio::test]
+    async fn read_numbers_lines_and_pages_with_offset_and_limit() {
+        let mut fx = Fixture::new();
+        let text: String = (1..=5).map(|n| format!("line {n}\n")).collect();
+        fx.file("five.txt", &text);
+
+        let whole = fx.read(json!({"path": "five.txt"})).await;
+        assert_eq!(whole.status, OutcomeStatus::Completed);
+        assert_eq!(whole.for_model, numbered(1..=5));
+
+        let middle = fx.read(json!({"path": "five.txt", "offset": 2, "limit": 2})).await;
+        assert_eq!(
+            middle.for_model,
+            format!("{}\n\n[Showing lines 2-3 of 5. Call read_file with offset=4 to read more.]", numbered(2..=3))
+        );
+
+        let tail = fx.read(json!({"path": "five.txt", "offset": 4, "limit": 10})).await;
+        assert_eq!(tail.for_model, numbered(4..=5));
+
+        fx.limits.read_default_lines = 3;
+        let paged = fx.read(json!({"path": "five.txt"})).await;
+        assert!(
+            paged.for_model.ends_with("[Showing lines 1-3 of 5. Call read_file with offset=4 to read more.]"),
+            "{}",
+            paged.for_model
+        );
+    }
+
+    #[tokio::test]
+    async fn read_cuts_long_lines_and_caps_bytes() {
+        let mut fx = Fixture::new();
+        fx.limits.read_max_line_chars = 10;
+        fx.file("long.txt", &format!("{}\nshort\n", "é".repeat(50)));
+        let out = fx.read(json!({"path": "long.txt"})).await;
+        assert_eq!(
+            out.for_model,
+            format!("     1\t{}… [line cut: 50 characters in total]\n     2\tshort", "é".repeat(10))
+        );
+
+        fx.limits = ToolLimits { read_max_bytes: 40, ..ToolLimits::default() };
+        let text: String = (1..=10).map(|n| format!("line {n}\n")).collect();
+        fx.file("many.txt", &text);
+        let out = fx.read(json!({"path": "many.txt"})).await;
+        assert!(out.for_model.starts_with(&numbered(1..=2)), "{}", out.for_model);
+        assert!(out.for_model.contains("of 10 (output is limited to 40 bytes). Call read_file with offset=3"));
+    }
+
+    #[tokio::test]
+    async fn read_explains_missing_empty_past_end_binary_and_directories() {
+        let fx = Fixture::new();
+        let missing = fx.read(json!({"path": "nope/x.rs"})).await;
+        assert_eq!(missing.status, OutcomeStatus::Failed);
+        let resolved = fx.cwd().join("nope/x.rs");
+        assert!(missing.for_model.contains(&resolved.display().to_string()), "{}", missing.for_model);
+
+        fx.file("empty.txt", "");
+        assert!(fx.read(json!({"path": "empty.txt"})).await.for_model.contains("is empty"));
+
+        fx.file("two.txt", "a\nb\n");
+        let past = fx.read(json!({"path": "two.txt", "offset": 9})).await;
+        assert_eq!(past.status, OutcomeStatus::Failed);
+        assert!(past.for_model.contains("which has 2 lines"), "{}", past.for_model);
+
+        std::fs::write(fx.cwd().join("blob.bin"), b"\x7fELF\0\0\x01").unwrap();
+        let binary = fx.read(json!({"path": "blob.bin"})).await;
+        assert_eq!(binary.status, OutcomeStatus::Failed);
+        assert!(binary.for_model.contains("binary file (7 bytes)"), "{}", binary.for_model);
+
+        std::fs::create_dir(fx.cwd().join("src")).unwrap();
+        let dir = fx.read(json!({"path": "src"})).await;
+        assert_eq!(dir.status, OutcomeStatus::Failed);
+        assert!(dir.for_model.contains("list_directory"), "{}", dir.for_model);
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn read_refuses_a_fifo_without_hanging() {
+        let fx = Fixture::new();
+        let fifo = fx.cwd().join("pipe");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        let out = tokio::time::timeout(Duration::from_secs(5), fx.read(json!({"path": "pipe"}))).await.unwrap();
+        assert_eq!(out.status, OutcomeStatus::Failed);
+        assert!(out.for_model.contains("not a regular file"), "{}", out.for_model);
+        // Describing a write to it must not block either.
+        let call = prepare("write_file", r#"{"path": "pipe", "content": "x"}"#, fx.cwd()).unwrap();
+        assert!(call.description.preview.is_empty());
+    }
+
+    #[tokio::test]
+    async fn read_arguments_are_lenient_and_described() {
+        let fx = Fixture::new();
+        fx.file("a.txt", "1\n2\n3\n4\n");
+        let out = fx.read(json!({"file_path": "a.txt", "offset": "3", "limit": 1.0, "extra": true})).await;
+        assert_eq!(out.for_model, "     3\t3\n\n[Showing lines 3-3 of 4. Call read_file with offset=4 to read more.]");
+
+        let cwd = Path::new("/p");
+        let call = prepare("read_file", r#"{"path": "src/main.rs", "offset": 10, "limit": 31}"#, cwd).unwrap();
+        assert_eq!(call.description.title, "Read src/main.rs (lines 10-40)");
+        assert_eq!(call.description.access, Access::Read(vec![PathBuf::from("/p/src/main.rs")]));
+        assert_eq!(call.description.locations[0].line, Some(10));
+        let call = prepare("read_file", r#"{"path": "/p/src/main.rs"}"#, cwd).unwrap();
+        assert_eq!(call.description.title, "Read src/main.rs");
+        assert!(prepare("read_file", r#"{"path": "a", "offset": -1}"#, cwd).is_err());
+    }
+
+    #[tokio::test]
+    async fn write_creates_parents_and_shows_the_diff() {
+        let fx = Fixture::new();
+        let call = prepare("write_file", r#"{"path": "a/b/new.rs", "content": "fn main() {}\n"}"#, fx.cwd()).unwrap();
+        let path = fx.cwd().join("a/b/new.rs");
+        assert_eq!(call.description.title, "Create a/b/new.rs");
+        assert_eq!(call.description.access, Access::Write(vec![path.clone()]));
+        let created = fx.write(json!({"path": "a/b/new.rs", "content": "fn main() {}\n"})).await;
+        assert_eq!(created.status, OutcomeStatus::Completed);
+        assert_eq!(created.for_model, "Created a/b/new.rs (1 line).");
+        assert_eq!(
+            created.content,
+            vec![DisplayContent::Diff { path: path.clone(), old_text: None, new_text: "fn main() {}\n".into() }]
+        );
+        assert_eq!(fx.content("a/b/new.rs"), "fn main() {}\n");
+
+        let call = prepare("write_file", r#"{"path": "a/b/new.rs", "content": "x\ny\n"}"#, fx.cwd()).unwrap();
+        assert_eq!(call.description.title, "Write a/b/new.rs");
+        assert_eq!(
+            call.description.preview,
+            vec![DisplayContent::Diff {
+                path: path.clone(),
+                old_text: Some("fn main() {}\n".into()),
+                new_text: "x\ny\n".into()
+            }]
+        );
+        let replaced = fx.write(json!({"path": "a/b/new.rs", "content": "x\ny\n"})).await;
+        assert_eq!(replaced.for_model, "Wrote 2 lines to a/b/new.rs.");
+        assert!(
+            matches!(&replaced.content[0], DisplayContent::Diff { old_text: Some(old), .. } if old == "fn main() {}\n")
+        );
+
+        std::fs::create_dir(fx.cwd().join("dir")).unwrap();
+        let dir = fx.write(json!({"path": "dir", "content": "x"})).await;
+        assert_eq!(dir.status, OutcomeStatus::Failed);
+        assert!(dir.for_model.contains("is a directory"), "{}", dir.for_model);
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn write_keeps_permissions_and_leaves_no_temporary_files() {
+        use std::os::unix::fs::PermissionsExt;
+        let fx = Fixture::new();
+        let path = fx.file("conf/secret.toml", "a = 1\n");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let out = fx.write(json!({"path": "conf/secret.toml", "content": "a = 2\n"})).await;
+        assert_eq!(out.status, OutcomeStatus::Completed);
+        assert_eq!(fx.content("conf/secret.toml"), "a = 2\n");
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777, 0o640);
+        let names: Vec<_> = std::fs::read_dir(fx.cwd().join("conf")).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("secret.toml")]);
+    }
+
+    #[tokio::test]
+    async fn cancelled_calls_write_nothing() {
+        let fx = Fixture::new();
+        fx.file("keep.txt", "original\n");
+        fx.cancel.cancel();
+        let write = fx.write(json!({"path": "keep.txt", "content": "changed\n"})).await;
+        assert_eq!(write.status, OutcomeStatus::Cancelled);
+        let edit = fx.edit(json!({"path": "keep.txt", "old_string": "original", "new_string": "changed"})).await;
+        assert_eq!(edit.status, OutcomeStatus::Cancelled);
+        let created = fx.write(json!({"path": "fresh.txt", "content": "x"})).await;
+        assert_eq!(created.status, OutcomeStatus::Cancelled);
+        assert_eq!(fx.content("keep.txt"), "original\n");
+        assert!(!fx.cwd().join("fresh.txt").exists());
+    }
+
+    #[tokio::test]
+    async fn edit_replaces_one_or_all_and_reports_the_diff() {
+        let fx = Fixture::new();
+        let path = fx.file("lib.rs", "fn a() {}\nfn b() {}\nlet x = 1;\nlet x = 1;\n");
+        let out = fx.edit(json!({"path": "lib.rs", "old_string": "fn b() {}", "new_string": "fn b() { a() }"})).await;
+        assert_eq!(out.status, OutcomeStatus::Completed, "{}", out.for_model);
+        assert_eq!(out.for_model, "Applied 1 edit to lib.rs.");
+        assert_eq!(out.locations, Some(vec![Location { path: path.clone(), line: Some(2) }]));
+        assert_eq!(
+            out.content,
+            vec![DisplayContent::Diff {
+                path: path.clone(),
+                old_text: Some("fn a() {}\nfn b() {}\nlet x = 1;\nlet x = 1;\n".into()),
+                new_text: "fn a() {}\nfn b() { a() }\nlet x = 1;\nlet x = 1;\n".into(),
+            }]
+        );
+
+        let all = fx
+            .edit(json!({"filePath": "lib.rs", "old_string": "x = 1", "new_string": "y = 2", "replace_all": "true"}))
+            .await;
+        assert_eq!(all.for_model, "Applied 1 edit (2 replacements) to lib.rs.");
+        assert_eq!(fx.content("lib.rs"), "fn a() {}\nfn b() { a() }\nlet y = 2;\nlet y = 2;\n");
+
+        let call = prepare(
+            "edit_file",
+            r#"{"path": "lib.rs", "old_string": "fn a() {}", "new_string": "fn c() {}"}"#,
+            fx.cwd(),
+        )
+        .unwrap();
+        assert_eq!(call.description.title, "Edit lib.rs");
+        assert_eq!(call.description.access, Access::Write(vec![path.clone()]));
+        assert!(
+            matches!(&call.description.preview[..], [DisplayContent::Diff { new_text, .. }] if new_text.starts_with("fn c() {}\n"))
+        );
+    }
+
+    #[tokio::test]
+    async fn multiple_edits_apply_in_order_all_or_nothing() {
+        let fx = Fixture::new();
+        fx.file("m.rs", "alpha\nbeta\ngamma\n");
+        let out = fx
+            .edit(json!({"path": "m.rs", "edits": [
+                {"old_string": "alpha", "new_string": "ALPHA"},
+                {"old_string": "ALPHA\nbeta", "new_string": "AB"},
+            ]}))
+            .await;
+        assert_eq!(out.for_model, "Applied 2 edits to m.rs.");
+        assert_eq!(fx.content("m.rs"), "AB\ngamma\n");
+
+        let failed = fx
+            .edit(json!({"path": "m.rs", "edits": [
+                {"old_string": "gamma", "new_string": "GAMMA"},
+                {"old_string": "delta", "new_string": "DELTA"},
+            ]}))
+            .await;
+        assert_eq!(failed.status, OutcomeStatus::Failed);
+        assert!(
+            failed.for_model.starts_with("edits[1] (edit 2 of 2): old_string was not found"),
+            "{}",
+            failed.for_model
+        );
+        assert!(failed.for_model.contains("No changes were made"));
+        assert_eq!(fx.content("m.rs"), "AB\ngamma\n", "nothing is written when one edit fails");
+
+        // Edits sent as a JSON string still work.
+        let encoded = json!([{"old_string": "gamma", "new_string": "G"}]).to_string();
+        let out = fx.edit(json!({"path": "m.rs", "edits": encoded})).await;
+        assert_eq!(out.status, OutcomeStatus::Completed, "{}", out.for_model);
+        assert_eq!(fx.content("m.rs"), "AB\nG\n");
+    }
+
+    #[tokio::test]
+    async fn edit_failures_tell_the_model_how_to_retry() {
+        let fx = Fixture::new();
+        fx.file(
+            "s.rs",
+            "fn main() {\n    let total = compute(1, 2);\n    println!(\"{total}\");\n}\nlet a = 0;\nlet a = 0;\n",
+        );
+
+        let missing = fx
+            .edit(json!({"path": "s.rs", "old_string": "  let total = compute(1,2);", "new_string": "let total = 3;"}))
+            .await;
+        assert_eq!(missing.status, OutcomeStatus::Failed);
+        assert!(missing.for_model.contains("was not found in s.rs"), "{}", missing.for_model);
+        assert!(
+            missing.for_model.contains("at line 2:\n     2\t    let total = compute(1, 2);"),
+            "{}",
+            missing.for_model
+        );
+
+        let numbered = fx
+            .edit(json!({"path": "s.rs", "old_string": "     2\t    let total = compute(1, 2);", "new_string": "x"}))
+            .await;
+        assert!(numbered.for_model.contains("line numbers"), "{}", numbered.for_model);
+
+        let ambiguous = fx.edit(json!({"path": "s.rs", "old_string": "let a = 0;", "new_string": "let a = 1;"})).await;
+        assert_eq!(ambiguous.status, OutcomeStatus::Failed);
+        assert!(ambiguous.for_model.contains("matches 2 places in s.rs (lines 5, 6)"), "{}", ambiguous.for_model);
+        assert!(ambiguous.for_model.contains("replace_all"));
+
+        let empty = fx.edit(json!({"path": "s.rs", "old_string": "", "new_string": "x"})).await;
+        assert!(empty.for_model.contains("write_file"), "{}", empty.for_model);
+        let same = fx.edit(json!({"path": "s.rs", "old_string": "main", "new_string": "main"})).await;
+        assert!(same.for_model.contains("identical"), "{}", same.for_model);
+        let half = fx.edit(json!({"path": "s.rs", "old_string": "main"})).await;
+        assert!(half.for_model.contains("new_string is missing"), "{}", half.for_model);
+        let nothing = fx.edit(json!({"path": "s.rs"})).await;
+        assert_eq!(nothing.status, OutcomeStatus::Failed);
+        let absent = fx.edit(json!({"path": "gone.rs", "old_string": "a", "new_string": "b"})).await;
+        assert!(absent.for_model.contains("File not found") && absent.for_model.contains("write_file"));
+
+        assert!(fx.content("s.rs").contains("compute(1, 2)"), "the file is untouched");
+    }
+
+    #[tokio::test]
+    async fn edits_match_crlf_files_and_keep_their_line_endings() {
+        let fx = Fixture::new();
+        fx.file("win.txt", "one\r\ntwo\r\nthree\r\n");
+        let out = fx.edit(json!({"path": "win.txt", "old_string": "one\ntwo", "new_string": "1\n2\n2.5"})).await;
+        assert_eq!(out.status, OutcomeStatus::Completed, "{}", out.for_model);
+        assert_eq!(fx.content("win.txt"), "1\r\n2\r\n2.5\r\nthree\r\n");
+
+        let single = fx.edit(json!({"path": "win.txt", "old_string": "three", "new_string": "3\n4"})).await;
+        assert_eq!(single.status, OutcomeStatus::Completed);
+        assert_eq!(fx.content("win.txt"), "1\r\n2\r\n2.5\r\n3\r\n4\r\n");
+
+        fx.file("unix.txt", "a\nb\n");
+        let out = fx.edit(json!({"path": "unix.txt", "old_string": "a\r\nb", "new_string": "c\r\nd"})).await;
+        assert_eq!(out.status, OutcomeStatus::Completed, "{}", out.for_model);
+        assert_eq!(fx.content("unix.txt"), "c\nd\n");
+    }
+
+    #[test]
+    fn unified_diffs_have_headers_and_hunks() {
+        let diff = unified_diff("a\nb\nc\n", "a\nB\nc\n", "src/x.rs");
+        assert!(diff.starts_with("--- a/src/x.rs\n+++ b/src/x.rs\n@@ -1,3 +1,3 @@\n"), "{diff}");
+        assert!(diff.contains("-b\n+B\n"), "{diff}");
+        assert_eq!(unified_diff("same", "same", "x"), "");
+    }
+
+    #[test]
+    fn first_changed_lines() {
+        assert_eq!(first_changed_line("a\nb\nc", "a\nb\nC"), 3);
+        assert_eq!(first_changed_line("a\n", "a\nb\n"), 2);
+        assert_eq!(first_changed_line("x", "y"), 1);
+    }
 }

@@ -16,6 +16,7 @@
 //! model, never a failed turn.
 
 pub mod fs;
+pub mod local;
 pub mod paths;
 pub mod search;
 pub mod shell;
@@ -552,7 +553,10 @@ pub fn prepare(name: &str, arguments: &str, cwd: &Path) -> Result<PreparedCall, 
         Tool::UpdatePlan => parse(name, value).map(|a: PlanArgs| {
             let done = a.plan.iter().filter(|i| i.status == PlanStatus::Completed).count();
             let title = format!("Update plan ({done}/{} done)", a.plan.len());
-            (Args::UpdatePlan(a), Description { title, locations: Vec::new(), access: Access::Nothing, preview: Vec::new() })
+            (
+                Args::UpdatePlan(a),
+                Description { title, locations: Vec::new(), access: Access::Nothing, preview: Vec::new() },
+            )
         })?,
     };
     Ok(PreparedCall { tool, description, args })
@@ -562,7 +566,10 @@ fn parse<T: DeserializeOwned>(tool: &str, value: Value) -> Result<T, String> {
     serde_path_to_error::deserialize(value).map_err(|err| {
         let path = err.path().to_string();
         let at = if path.is_empty() || path == "." { String::new() } else { format!(" at `{path}`") };
-        format!("Invalid arguments for {tool}{at}: {}. Check the tool's parameter schema and call it again.", err.into_inner())
+        format!(
+            "Invalid arguments for {tool}{at}: {}. Check the tool's parameter schema and call it again.",
+            err.into_inner()
+        )
     })
 }
 
@@ -629,8 +636,12 @@ mod tests {
 
     #[test]
     fn plans_accept_common_spellings() {
-        let call = prepare("update_plan", r#"{"todos":[{"content":"a","status":"completed"},{"content":"b","status":"pending"}]}"#, Path::new("/p"))
-            .unwrap();
+        let call = prepare(
+            "update_plan",
+            r#"{"todos":[{"content":"a","status":"completed"},{"content":"b","status":"pending"}]}"#,
+            Path::new("/p"),
+        )
+        .unwrap();
         assert_eq!(call.description.title, "Update plan (1/2 done)");
         assert_eq!(call.description.access, Access::Nothing);
     }

@@ -30,8 +30,8 @@ pub fn normalize(path: &Path) -> PathBuf {
         match component {
             Component::CurDir => {}
             Component::ParentDir => {
-                // `..` at the root stays at the root.
-                if !out.pop() {
+                // `..` at the root stays at the root; a relative path keeps its leading `..`.
+                if !out.pop() && !out.has_root() {
                     out.push(component);
                 }
             }

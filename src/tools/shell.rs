@@ -1,35 +1,1310 @@
-//! The shell tool. (Being written.)
+//! The `shell` tool: runs one command line with `sh -c` and reports its exit
+//! code and output, bounded in time and in bytes, and the word-prefix rules
+//! ([`command_prefix`], [`matches_prefix`]) the permission policy uses for
+//! "always allow this kind of command".
+//!
+//! Where the command runs: in an editor terminal when the editor offers
+//! `terminal/*` (the user watches it live in the tool call), otherwise as a
+//! local child process. Either way this module owns the whole life of what it
+//! started: an editor terminal is always released, and a local command runs
+//! in its own process group that is killed as a whole — on timeout, on
+//! cancellation, when the run future is dropped, and once the command exits
+//! (so nothing it put in the background outlives it).
+//!
+//! Local children get: `sh -c <command>` in the requested directory, stdin
+//! from `/dev/null`, stdout and stderr piped to us (never our stdout, which
+//! is the JSON-RPC channel), our environment plus non-interactive settings
+//! (see [`CHILD_ENV`]: pagers are `cat`, `TERM=dumb`, `NO_COLOR=1`, git never
+//! prompts and its editor is `true`). Editor terminals run the same
+//! `sh -c <command>` in the editor's own environment: ACP gives us no say
+//! there beyond the command, directory and output limit.
+//!
+//! This module knows nothing of ACP, the model API or permission decisions:
+//! terminals come through [`Terminals`], and the policy only asks it how to
+//! describe a call and how commands match a prefix.
 
-use std::path::Path;
+use std::borrow::Cow;
+use std::collections::VecDeque;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::Mutex;
+use std::time::Duration;
 
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::Command;
 
-use super::{Access, Description, ToolContext, ToolOutcome};
+use super::{
+    Access, Description, DisplayContent, OutcomeStatus, Progress, TerminalCommand, TerminalExit, TerminalOutput,
+    Terminals, ToolContext, ToolLimits, ToolOutcome, paths,
+};
+
+/// The shell every command line runs under. POSIX `sh` rather than the
+/// user's `$SHELL`, so the same command means the same thing on every machine
+/// and the model can rely on one syntax.
+const SHELL: &str = "sh";
+
+/// Environment set for local children on top of ours, so that nothing waits
+/// for a human: pagers print straight through, colour and terminal tricks are
+/// off (the model reads plain text), git neither asks for credentials nor
+/// opens an editor (`true` accepts the prepared message unchanged).
+pub const CHILD_ENV: [(&str, &str); 8] = [
+    ("PAGER", "cat"),
+    ("GIT_PAGER", "cat"),
+    ("GH_PAGER", "cat"),
+    ("MANPAGER", "cat"),
+    ("TERM", "dumb"),
+    ("NO_COLOR", "1"),
+    ("GIT_TERMINAL_PROMPT", "0"),
+    ("GIT_EDITOR", "true"),
+];
+
+/// How long a timed-out command gets between SIGTERM and SIGKILL, so it can
+/// clean up (temporary files, its own children) before it is cut short.
+const KILL_GRACE: Duration = Duration::from_secs(1);
+
+/// How long we wait for a killed leader to be reaped before leaving it to
+/// tokio's orphan reaper; SIGKILL normally takes effect in microseconds.
+const REAP_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// How long we keep reading pipes after the command ended. A process that
+/// left our group (e.g. via `setsid`) can hold them open forever; its output
+/// after this is lost rather than hanging the turn.
+const IO_DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How long a cancelled run still waits for `terminal/create` to answer, so
+/// that the terminal it created can be freed rather than leaked.
+const CREATE_GRACE: Duration = Duration::from_millis(100);
+
+/// Characters of a command shown in a title before it is cut.
+const TITLE_MAX_CHARS: usize = 80;
+
+/// Bytes read from a pipe at a time.
+const READ_CHUNK: usize = 8 * 1024;
 
 /// Arguments of `shell`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct ShellArgs {
-    /// The command line.
+    /// The command line, run with `sh -c`.
     pub command: String,
+    /// Seconds before the command is killed; default and cap come from
+    /// [`ToolLimits`]. A number, because models send `300.0` as often as `300`.
+    #[serde(default, alias = "timeout_seconds")]
+    pub timeout_secs: Option<f64>,
+    /// Directory to run in, absolute or relative to the session cwd.
+    #[serde(default, alias = "workdir", alias = "working_directory", alias = "dir")]
+    pub cwd: Option<String>,
+    /// The model's short label for the command. Accepted but not shown: the
+    /// title shows the command itself, so the user judges what really runs.
+    #[serde(default)]
+    pub description: Option<String>,
 }
 
 /// JSON schema of `shell`.
 pub fn shell_schema() -> Value {
-    json!({"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]})
+    // The definitions are built once for all sessions, so they state the
+    // default limits; a call asking for more than the cap is capped.
+    let limits = ToolLimits::default();
+    let default = limits.shell_default_timeout.as_secs();
+    let max = limits.shell_max_timeout.as_secs();
+    json!({
+        "type": "object",
+        "properties": {
+            "command": {
+                "type": "string",
+                "description": "The command line to run with `sh -c`, e.g. `cargo test --all`. No stdin: it must not wait for input."
+            },
+            "timeout_secs": {
+                "type": "number",
+                "minimum": 1,
+                "description": format!("Seconds after which the command and everything it started are killed. Default {default}, at most {max}.")
+            },
+            "cwd": {
+                "type": "string",
+                "description": "Directory to run in, relative to the project directory or absolute. Default: the project directory."
+            },
+            "description": {
+                "type": "string",
+                "description": "What the command does, in a few words."
+            }
+        },
+        "required": ["command"]
+    })
 }
 
-/// Describes a `shell` call.
+/// Describes a `shell` call: "Run `cargo test`", kind execute, and the
+/// command with its resolved directory for the permission policy.
 pub fn describe_shell(args: &ShellArgs, cwd: &Path) -> Description {
     Description {
-        title: format!("Run `{}`", args.command),
+        title: title(&args.command),
         locations: Vec::new(),
-        access: Access::Execute { command: args.command.clone(), cwd: cwd.to_path_buf() },
+        access: Access::Execute { command: args.command.clone(), cwd: working_dir(args, cwd) },
         preview: Vec::new(),
     }
 }
 
-/// Runs `shell`.
-pub async fn shell(_args: ShellArgs, _ctx: &ToolContext<'_>) -> ToolOutcome {
-    ToolOutcome::failed("not implemented yet")
+/// Runs `shell`: in an editor terminal when the editor offers one, else
+/// locally. Non-zero exits and timeouts are [`OutcomeStatus::Failed`].
+pub async fn shell(args: ShellArgs, ctx: &ToolContext<'_>) -> ToolOutcome {
+    if args.command.trim().is_empty() {
+        return ToolOutcome::failed("The command is empty. Pass the command line to run in `command`.");
+    }
+    let dir = working_dir(&args, ctx.cwd);
+    match tokio::fs::metadata(&dir).await {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => return ToolOutcome::failed(format!("`{}` is not a directory.", paths::display(&dir, ctx.cwd))),
+        Err(err) => {
+            return ToolOutcome::failed(format!("Cannot run in `{}`: {err}.", paths::display(&dir, ctx.cwd)));
+        }
+    }
+    let timeout = effective_timeout(args.timeout_secs, ctx.limits);
+    match ctx.host.terminals() {
+        Some(terminals) => run_in_terminal(terminals, &args.command, &dir, timeout, ctx).await,
+        None => run_locally(&args.command, &dir, timeout, ctx).await,
+    }
+}
+
+/// The words that identify a command for an "always allow" rule, or `None`
+/// when the command can never match one.
+///
+/// The rule: the program, plus its subcommand when the second word looks like
+/// one (lowercase letters, digits, `-`, `_`, `:`; not a flag, path, file name
+/// or glob): `cargo test --all` → `cargo test`, `ls -la` → `ls`,
+/// `python script.py` → `python`. For `npm`, `yarn`, `pnpm` and `bun`, `run`
+/// takes the script name too: `npm run build` → `npm run build`.
+///
+/// `None` when the command contains shell control operators, redirections or
+/// substitutions (`;`, `&`, `|`, backticks, `$(`, `>`, `<`, newlines —
+/// checked on the raw text, quoted or not, erring on the side of asking),
+/// starts with a variable assignment (`LD_PRELOAD=… cargo test`), or does not
+/// split into words.
+pub fn command_prefix(command: &str) -> Option<String> {
+    let words = plain_words(command)?;
+    let program = words.first()?;
+    if program.contains('=') {
+        return None;
+    }
+    let mut prefix = vec![program.as_str()];
+    if let Some(second) = words.get(1).filter(|word| is_subcommand(word)) {
+        prefix.push(second);
+        let runs_scripts = matches!(program.as_str(), "npm" | "yarn" | "pnpm" | "bun");
+        if runs_scripts
+            && second == "run"
+            && let Some(script) = words.get(2).filter(|word| !word.starts_with('-'))
+        {
+            prefix.push(script);
+        }
+    }
+    Some(shell_words::join(prefix))
+}
+
+/// Whether `command` falls under an "always allow" rule for `prefix`: it has
+/// no control operators or substitutions (see [`command_prefix`]) and its
+/// words start with the prefix's words.
+pub fn matches_prefix(command: &str, prefix: &str) -> bool {
+    let (Some(words), Ok(wanted)) = (plain_words(command), shell_words::split(prefix)) else {
+        return false;
+    };
+    !wanted.is_empty() && words.starts_with(&wanted)
+}
+
+/// The words of a command with nothing but words in it.
+fn plain_words(command: &str) -> Option<Vec<String>> {
+    const CONTROL: [&str; 9] = [";", "&", "|", "`", "$(", ">", "<", "\n", "\r"];
+    if CONTROL.iter().any(|op| command.contains(op)) {
+        return None;
+    }
+    shell_words::split(command).ok().filter(|words| !words.is_empty())
+}
+
+fn is_subcommand(word: &str) -> bool {
+    word.starts_with(|c: char| c.is_ascii_lowercase())
+        && word.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '_' | ':'))
+}
+
+/// The directory a call runs in: `cwd` resolved against the session cwd.
+fn working_dir(args: &ShellArgs, session_cwd: &Path) -> PathBuf {
+    match args.cwd.as_deref().map(str::trim).filter(|dir| !dir.is_empty()) {
+        Some(dir) => paths::resolve(session_cwd, dir),
+        None => paths::normalize(session_cwd),
+    }
+}
+
+/// The requested timeout, between one second and the cap; the default when
+/// none (or nonsense) was given.
+fn effective_timeout(requested: Option<f64>, limits: &ToolLimits) -> Duration {
+    let max = limits.shell_max_timeout;
+    let wanted = requested
+        .filter(|secs| secs.is_finite() && *secs > 0.0)
+        .and_then(|secs| Duration::try_from_secs_f64(secs.min(max.as_secs_f64())).ok())
+        .unwrap_or(limits.shell_default_timeout);
+    wanted.clamp(Duration::from_secs(1).min(max), max)
+}
+
+/// "Run `cmd`", showing only the first line, cut to [`TITLE_MAX_CHARS`].
+fn title(command: &str) -> String {
+    let command = command.trim();
+    let mut lines = command.lines();
+    let first = lines.next().unwrap_or_default().trim_end();
+    let mut shown: String = first.chars().take(TITLE_MAX_CHARS).collect();
+    if lines.next().is_some() || first.chars().count() > TITLE_MAX_CHARS {
+        shown.truncate(shown.trim_end().len());
+        shown.push('…');
+    }
+    if shown.is_empty() {
+        return "Run an empty command".to_owned();
+    }
+    format!("Run {}", code_span(&shown))
+}
+
+/// Markdown inline code that survives backticks inside the text.
+fn code_span(text: &str) -> String {
+    let longest_run = text.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat(longest_run + 1);
+    if longest_run == 0 {
+        format!("{fence}{text}{fence}")
+    } else {
+        // Spaces keep a leading or trailing backtick from merging with the fence.
+        format!("{fence} {text} {fence}")
+    }
+}
+
+/// How a command ended, for the report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Ending {
+    /// It exited (or a signal ended it) on its own.
+    Exited { code: Option<i64>, signal: Option<String> },
+    /// We killed it after this long.
+    TimedOut(Duration),
+}
+
+impl Ending {
+    fn succeeded(&self) -> bool {
+        matches!(self, Ending::Exited { code: Some(0), .. })
+    }
+
+    fn headline(&self) -> String {
+        match self {
+            Ending::Exited { code: Some(code), .. } => format!("Exit code: {code}"),
+            Ending::Exited { code: None, signal: Some(signal) } => format!("Killed by signal {signal}."),
+            Ending::Exited { code: None, signal: None } => "Exit code: unknown".to_owned(),
+            Ending::TimedOut(after) => format!("Command timed out after {} and was killed.", seconds(*after)),
+        }
+    }
+
+    fn raw_output(&self) -> Value {
+        match self {
+            Ending::Exited { code, .. } => json!({ "exit_code": code, "timed_out": false }),
+            Ending::TimedOut(_) => json!({ "exit_code": null, "timed_out": true }),
+        }
+    }
+}
+
+fn seconds(duration: Duration) -> String {
+    if duration.subsec_millis() == 0 {
+        format!("{} s", duration.as_secs())
+    } else {
+        format!("{:.1} s", duration.as_secs_f64())
+    }
+}
+
+/// The outcome of a command that ran to an end. A non-zero exit is reported
+/// as failed: the call itself worked, but editors make a failed call stand
+/// out, which is what a failing build or test deserves.
+fn outcome(ending: &Ending, output: &str, content: Vec<DisplayContent>) -> ToolOutcome {
+    let output = if output.trim().is_empty() { "(no output)" } else { output };
+    ToolOutcome {
+        status: if ending.succeeded() { OutcomeStatus::Completed } else { OutcomeStatus::Failed },
+        for_model: format!("{}\n{output}", ending.headline()),
+        content,
+        locations: None,
+        raw_output: Some(ending.raw_output()),
+    }
+}
+
+/// Awaits `future` unless the turn is cancelled first.
+async fn unless_cancelled<T>(ctx: &ToolContext<'_>, future: impl Future<Output = T>) -> Option<T> {
+    tokio::select! {
+        biased;
+        () = ctx.cancel.cancelled() => None,
+        value = future => Some(value),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Editor terminals
+// ---------------------------------------------------------------------------
+
+async fn run_in_terminal(
+    terminals: &dyn Terminals,
+    command: &str,
+    cwd: &Path,
+    timeout: Duration,
+    ctx: &ToolContext<'_>,
+) -> ToolOutcome {
+    let args = ["-c".to_owned(), command.to_owned()];
+    let request = TerminalCommand {
+        command: SHELL,
+        args: &args,
+        cwd,
+        output_byte_limit: u64::try_from(ctx.limits.shell_output_bytes).ok(),
+    };
+    let create = terminals.create(request);
+    tokio::pin!(create);
+    let created = match unless_cancelled(ctx, &mut create).await {
+        Some(created) => created,
+        None => {
+            // The editor may already have started the command; give it a
+            // moment to tell us which terminal so that it can be freed.
+            if let Ok(Ok(id)) = tokio::time::timeout(CREATE_GRACE, create).await {
+                terminals.abandon(&id);
+            }
+            return ToolOutcome::cancelled();
+        }
+    };
+    let id = match created {
+        Ok(id) => id,
+        Err(err) => return ToolOutcome::failed(format!("The editor could not start the command: {err}")),
+    };
+    // At once, so the editor shows the command's output live in the call.
+    (ctx.progress)(Progress::Terminal(id.clone()));
+
+    // From here the terminal must be released on every path; cancellation
+    // at any await hands it to `abandon`, which kills and releases without
+    // waiting so the turn can answer at once.
+    match terminal_session(terminals, &id, timeout, ctx).await {
+        Some(outcome) => outcome,
+        None => {
+            terminals.abandon(&id);
+            ToolOutcome::cancelled()
+        }
+    }
+}
+
+/// Waits for the command, collects its output and releases the terminal;
+/// `None` when cancelled (the terminal is then not yet released).
+async fn terminal_session(
+    terminals: &dyn Terminals,
+    id: &str,
+    timeout: Duration,
+    ctx: &ToolContext<'_>,
+) -> Option<ToolOutcome> {
+    let waited = unless_cancelled(ctx, tokio::time::timeout(timeout, terminals.wait_for_exit(id))).await?;
+    let ending = match waited {
+        Ok(Ok(exit)) => Ok(terminal_ending(&exit)),
+        Ok(Err(err)) => Err(format!("The editor could not wait for the command: {err}")),
+        Err(_elapsed) => {
+            if let Err(err) = unless_cancelled(ctx, terminals.kill(id)).await? {
+                tracing::warn!(terminal = id, %err, "could not kill a timed-out terminal command");
+            }
+            Ok(Ending::TimedOut(timeout))
+        }
+    };
+    let output = unless_cancelled(ctx, terminals.output(id)).await?;
+    let released = unless_cancelled(ctx, terminals.release(id)).await?;
+    if let Err(err) = released {
+        tracing::warn!(terminal = id, %err, "could not release a terminal");
+    }
+
+    let text = match &output {
+        Ok(output) => terminal_text(output, ctx.limits.shell_output_bytes),
+        Err(err) => format!("(The output could not be read: {err})"),
+    };
+    let content = vec![DisplayContent::Terminal(id.to_owned())];
+    Some(match ending {
+        Ok(ending) => outcome(&ending, &text, content),
+        Err(message) => {
+            // The editor may still know how it ended, from the output call.
+            match output.ok().and_then(|output| output.exit) {
+                Some(exit) => outcome(&terminal_ending(&exit), &text, content),
+                None => ToolOutcome {
+                    status: OutcomeStatus::Failed,
+                    for_model: format!("{message}\n{text}"),
+                    content,
+                    locations: None,
+                    raw_output: None,
+                },
+            }
+        }
+    })
+}
+
+fn terminal_ending(exit: &TerminalExit) -> Ending {
+    Ending::Exited { code: exit.exit_code.map(i64::from), signal: exit.signal.clone() }
+}
+
+/// The editor's output as the model reads it: plain text, still capped
+/// (an editor may ignore our limit), with a note when the editor cut it.
+fn terminal_text(output: &TerminalOutput, limit: usize) -> String {
+    let mut capped = HeadTail::new(limit);
+    capped.push(output.output.as_bytes());
+    let text = clean(&capped.render());
+    if output.truncated {
+        // ACP editors cut from the beginning, keeping the end.
+        format!("[... earlier output was cut by the editor ...]\n{text}")
+    } else {
+        text
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Local processes
+// ---------------------------------------------------------------------------
+
+/// A child's process group, killed with SIGKILL when this is dropped — also
+/// when the run future is dropped mid-run — unless it was already finished.
+struct ProcessGroup {
+    pgid: Option<Pid>,
+}
+
+impl ProcessGroup {
+    fn new(leader: Option<u32>) -> Self {
+        // Never 0 or 1: killpg(0) would signal our own group.
+        let pgid = leader.and_then(|pid| i32::try_from(pid).ok()).filter(|pid| *pid > 1).map(Pid::from_raw);
+        Self { pgid }
+    }
+
+    fn signal(&self, signal: Signal) {
+        if let Some(pgid) = self.pgid {
+            // ESRCH (everyone already gone) is the good case; nothing else
+            // can be done about other errors.
+            let _ = killpg(pgid, signal);
+        }
+    }
+
+    /// Kills whatever is left of the group and forgets it. Called once the
+    /// leader has been reaped: the group id cannot be reused while any member
+    /// lives, and once none does, reuse would need the pid counter to wrap
+    /// around in the instant since the reap.
+    fn finish(&mut self) {
+        self.signal(Signal::SIGKILL);
+        self.pgid = None;
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        self.signal(Signal::SIGKILL);
+    }
+}
+
+/// How the race between the command and its limits ended.
+enum Race {
+    Exited(std::io::Result<ExitStatus>),
+    TimedOut,
+    Cancelled,
+}
+
+async fn run_locally(command: &str, cwd: &Path, timeout: Duration, ctx: &ToolContext<'_>) -> ToolOutcome {
+    let mut cmd = Command::new(SHELL);
+    cmd.arg("-c")
+        .arg(command)
+        .current_dir(cwd)
+        .envs(CHILD_ENV)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own group, so that one signal reaches everything it starts.
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(err) => return ToolOutcome::failed(format!("Could not start `{SHELL}`: {err}")),
+    };
+    let mut group = ProcessGroup::new(child.id());
+
+    let buffer = Mutex::new(HeadTail::new(ctx.limits.shell_output_bytes));
+    let reading = read_both(child.stdout.take(), child.stderr.take(), &buffer);
+    tokio::pin!(reading);
+    let mut read_done = false;
+    let deadline = tokio::time::sleep(timeout);
+    tokio::pin!(deadline);
+
+    // Reading comes last: under endless output it is always ready, and
+    // tokio's cooperative budget then returns control so the others run.
+    let race = loop {
+        tokio::select! {
+            biased;
+            () = ctx.cancel.cancelled() => break Race::Cancelled,
+            () = &mut deadline => break Race::TimedOut,
+            status = child.wait() => break Race::Exited(status),
+            () = &mut reading, if !read_done => read_done = true,
+        }
+    };
+
+    let ending = match race {
+        Race::Cancelled => {
+            // Straight to SIGKILL: the turn must answer within milliseconds.
+            group.signal(Signal::SIGKILL);
+            if tokio::time::timeout(REAP_TIMEOUT, child.wait()).await.is_ok() {
+                group.finish();
+            }
+            return ToolOutcome::cancelled();
+        }
+        Race::Exited(Err(err)) => {
+            // Our own wait failed; the drop of `group` and `child` kills it.
+            return ToolOutcome::failed(format!("Could not wait for the command: {err}"));
+        }
+        Race::Exited(Ok(status)) => {
+            // Whatever it left running in the background goes too: it would
+            // hold our pipes open and outlive the call unseen.
+            group.finish();
+            exit_ending(status)
+        }
+        Race::TimedOut => {
+            group.signal(Signal::SIGTERM);
+            let grace = tokio::time::sleep(KILL_GRACE);
+            tokio::pin!(grace);
+            loop {
+                tokio::select! {
+                    biased;
+                    () = ctx.cancel.cancelled() => {
+                        group.signal(Signal::SIGKILL);
+                        return ToolOutcome::cancelled();
+                    }
+                    () = &mut grace => break,
+                    _ = child.wait() => break,
+                    () = &mut reading, if !read_done => read_done = true,
+                }
+            }
+            group.signal(Signal::SIGKILL);
+            if tokio::time::timeout(REAP_TIMEOUT, child.wait()).await.is_ok() {
+                group.finish();
+            }
+            Ending::TimedOut(timeout)
+        }
+    };
+
+    if !read_done {
+        // Bounded: a process that escaped the group may keep a pipe open.
+        let drained = unless_cancelled(ctx, tokio::time::timeout(IO_DRAIN_TIMEOUT, &mut reading)).await;
+        if drained.is_none() {
+            return ToolOutcome::cancelled();
+        }
+    }
+    let output = match buffer.lock() {
+        Ok(buffer) => clean(&buffer.render()),
+        Err(poisoned) => clean(&poisoned.into_inner().render()),
+    };
+    let mut display = fenced(if output.trim().is_empty() { "(no output)" } else { &output });
+    if !ending.succeeded() {
+        display.push('\n');
+        display.push_str(&ending.headline());
+    }
+    outcome(&ending, &output, vec![DisplayContent::Text(display)])
+}
+
+fn exit_ending(status: ExitStatus) -> Ending {
+    use std::os::unix::process::ExitStatusExt;
+    let signal = status.signal().map(|number| match Signal::try_from(number) {
+        Ok(signal) => signal.as_str().to_owned(),
+        Err(_) => number.to_string(),
+    });
+    Ending::Exited { code: status.code().map(i64::from), signal }
+}
+
+/// Reads stdout and stderr concurrently into one buffer, in arrival order.
+async fn read_both(
+    stdout: Option<impl AsyncRead + Unpin>,
+    stderr: Option<impl AsyncRead + Unpin>,
+    buffer: &Mutex<HeadTail>,
+) {
+    tokio::join!(pump(stdout, buffer), pump(stderr, buffer));
+}
+
+async fn pump(pipe: Option<impl AsyncRead + Unpin>, buffer: &Mutex<HeadTail>) {
+    let Some(mut pipe) = pipe else { return };
+    let mut chunk = vec![0u8; READ_CHUNK];
+    loop {
+        match pipe.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(read) => match buffer.lock() {
+                Ok(mut buffer) => buffer.push(&chunk[..read]),
+                Err(poisoned) => poisoned.into_inner().push(&chunk[..read]),
+            },
+        }
+    }
+}
+
+/// Markdown code block that survives backtick fences inside the text.
+fn fenced(text: &str) -> String {
+    let longest_run = text.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat(longest_run.max(2) + 1);
+    format!("{fence}\n{text}\n{fence}")
+}
+
+// ---------------------------------------------------------------------------
+// Output text
+// ---------------------------------------------------------------------------
+
+/// Output kept within a byte budget: the first half and the last half, and a
+/// count of what fell between. Memory stays bounded however much arrives.
+#[derive(Debug)]
+struct HeadTail {
+    head: Vec<u8>,
+    tail: VecDeque<u8>,
+    head_cap: usize,
+    tail_cap: usize,
+    total: usize,
+}
+
+impl HeadTail {
+    fn new(limit: usize) -> Self {
+        let head_cap = limit / 2;
+        Self { head: Vec::new(), tail: VecDeque::new(), head_cap, tail_cap: limit - head_cap, total: 0 }
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        self.total = self.total.saturating_add(bytes.len());
+        let to_head = bytes.len().min(self.head_cap - self.head.len());
+        self.head.extend_from_slice(&bytes[..to_head]);
+        let rest = &bytes[to_head..];
+        if rest.len() >= self.tail_cap {
+            self.tail.clear();
+            self.tail.extend(&rest[rest.len() - self.tail_cap..]);
+        } else {
+            let overflow = (self.tail.len() + rest.len()).saturating_sub(self.tail_cap);
+            self.tail.drain(..overflow);
+            self.tail.extend(rest);
+        }
+    }
+
+    fn render(&self) -> String {
+        let tail: Vec<u8> = self.tail.iter().copied().collect();
+        let omitted = self.total - self.head.len() - tail.len();
+        if omitted == 0 {
+            let mut all = self.head.clone();
+            all.extend_from_slice(&tail);
+            return String::from_utf8_lossy(&all).into_owned();
+        }
+        // The cuts may fall inside a character; drop its pieces rather than
+        // show replacement characters.
+        let head = String::from_utf8_lossy(without_cut_end(&self.head));
+        let tail = String::from_utf8_lossy(without_cut_start(&tail));
+        let newline = if head.ends_with('\n') || head.is_empty() { "" } else { "\n" };
+        format!("{head}{newline}[... {omitted} bytes omitted ...]\n{tail}")
+    }
+}
+
+/// `bytes` without an incomplete UTF-8 sequence at its end.
+fn without_cut_end(bytes: &[u8]) -> &[u8] {
+    for back in 1..=bytes.len().min(4) {
+        let byte = bytes[bytes.len() - back];
+        if byte & 0xC0 == 0x80 {
+            continue; // a continuation byte: look further back for the lead
+        }
+        let needed = match byte {
+            0xF0.. => 4,
+            0xE0.. => 3,
+            0xC0.. => 2,
+            _ => 1,
+        };
+        return if needed > back { &bytes[..bytes.len() - back] } else { bytes };
+    }
+    bytes
+}
+
+/// `bytes` without continuation bytes of a character cut at its start.
+fn without_cut_start(bytes: &[u8]) -> &[u8] {
+    let skip = bytes.iter().take(3).take_while(|byte| *byte & 0xC0 == 0x80).count();
+    &bytes[skip..]
+}
+
+/// Output as the model should read it: ANSI escape sequences removed, and
+/// carriage-return overwrites (progress bars) resolved to what a terminal
+/// would finally show, roughly: the text after a line's last `\r`.
+fn clean(text: &str) -> String {
+    let plain = strip_ansi(text);
+    let mut out = String::with_capacity(plain.len());
+    for (index, line) in plain.split('\n').enumerate() {
+        if index > 0 {
+            out.push('\n');
+        }
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        out.push_str(line.rsplit('\r').next().unwrap_or(line));
+    }
+    let trimmed = out.trim_end().len();
+    out.truncate(trimmed);
+    out
+}
+
+/// Removes ANSI escape sequences: CSI (`ESC [ … final`), OSC (`ESC ] … BEL`
+/// or `ESC \`), charset selection (`ESC ( B`) and two-character escapes.
+fn strip_ansi(text: &str) -> Cow<'_, str> {
+    const ESC: char = '\u{1b}';
+    if !text.contains(ESC) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != ESC {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('[') => {
+                for c in chars.by_ref() {
+                    if ('@'..='~').contains(&c) {
+                        break;
+                    }
+                }
+            }
+            Some(']') => {
+                while let Some(c) = chars.next() {
+                    if c == '\u{7}' {
+                        break;
+                    }
+                    if c == ESC {
+                        if chars.peek() == Some(&'\\') {
+                            chars.next();
+                        }
+                        break;
+                    }
+                }
+            }
+            Some('(' | ')') => {
+                chars.next();
+            }
+            Some(_) | None => {}
+        }
+    }
+    Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use futures_util::future::BoxFuture;
+    use nix::errno::Errno;
+    use tokio_util::sync::CancellationToken;
+
+    use super::super::{Host, HostError};
+    use super::*;
+
+    /// A host with no editor terminals: commands run locally.
+    struct LocalHost;
+
+    impl Host for LocalHost {
+        fn read_text_file<'a>(&'a self, _path: &'a Path) -> BoxFuture<'a, Result<String, HostError>> {
+            Box::pin(async { Err(HostError::Other("not used".to_owned())) })
+        }
+        fn write_text_file<'a>(&'a self, _path: &'a Path, _content: &'a str) -> BoxFuture<'a, Result<(), HostError>> {
+            Box::pin(async { Err(HostError::Other("not used".to_owned())) })
+        }
+        fn reads_via_client(&self) -> bool {
+            false
+        }
+        fn terminals(&self) -> Option<&dyn Terminals> {
+            None
+        }
+    }
+
+    /// A host whose editor offers terminals.
+    struct EditorHost(FakeTerminals);
+
+    impl Host for EditorHost {
+        fn read_text_file<'a>(&'a self, _path: &'a Path) -> BoxFuture<'a, Result<String, HostError>> {
+            Box::pin(async { Err(HostError::Other("not used".to_owned())) })
+        }
+        fn write_text_file<'a>(&'a self, _path: &'a Path, _content: &'a str) -> BoxFuture<'a, Result<(), HostError>> {
+            Box::pin(async { Err(HostError::Other("not used".to_owned())) })
+        }
+        fn reads_via_client(&self) -> bool {
+            true
+        }
+        fn terminals(&self) -> Option<&dyn Terminals> {
+            Some(&self.0)
+        }
+    }
+
+    /// How the fake editor's command behaves.
+    #[derive(Clone)]
+    enum Script {
+        Exits(TerminalExit),
+        Hangs,
+        WaitFails,
+    }
+
+    /// In-memory editor terminals recording every call in order.
+    struct FakeTerminals {
+        calls: Arc<Mutex<Vec<String>>>,
+        script: Script,
+        output: Result<TerminalOutput, HostError>,
+    }
+
+    impl FakeTerminals {
+        fn new(calls: &Arc<Mutex<Vec<String>>>, script: Script, output: Result<TerminalOutput, HostError>) -> Self {
+            Self { calls: Arc::clone(calls), script, output }
+        }
+        fn record(&self, call: String) {
+            self.calls.lock().unwrap().push(call);
+        }
+    }
+
+    impl Terminals for FakeTerminals {
+        fn create<'a>(&'a self, command: TerminalCommand<'a>) -> BoxFuture<'a, Result<String, HostError>> {
+            self.record(format!(
+                "create {} {} cwd={} limit={:?}",
+                command.command,
+                command.args.join(" "),
+                command.cwd.display(),
+                command.output_byte_limit
+            ));
+            Box::pin(async { Ok("term-1".to_owned()) })
+        }
+        fn wait_for_exit<'a>(&'a self, terminal_id: &'a str) -> BoxFuture<'a, Result<TerminalExit, HostError>> {
+            self.record(format!("wait {terminal_id}"));
+            let script = self.script.clone();
+            Box::pin(async move {
+                match script {
+                    Script::Exits(exit) => Ok(exit),
+                    Script::Hangs => std::future::pending().await,
+                    Script::WaitFails => Err(HostError::Other("connection lost".to_owned())),
+                }
+            })
+        }
+        fn output<'a>(&'a self, terminal_id: &'a str) -> BoxFuture<'a, Result<TerminalOutput, HostError>> {
+            self.record(format!("output {terminal_id}"));
+            let output = self.output.clone();
+            Box::pin(async move { output })
+        }
+        fn kill<'a>(&'a self, terminal_id: &'a str) -> BoxFuture<'a, Result<(), HostError>> {
+            self.record(format!("kill {terminal_id}"));
+            Box::pin(async { Ok(()) })
+        }
+        fn release<'a>(&'a self, terminal_id: &'a str) -> BoxFuture<'a, Result<(), HostError>> {
+            self.record(format!("release {terminal_id}"));
+            Box::pin(async { Ok(()) })
+        }
+        fn abandon(&self, terminal_id: &str) {
+            self.record(format!("abandon {terminal_id}"));
+        }
+    }
+
+    fn args(command: &str) -> ShellArgs {
+        ShellArgs { command: command.to_owned(), timeout_secs: None, cwd: None, description: None }
+    }
+
+    fn with_timeout(command: &str, secs: f64) -> ShellArgs {
+        ShellArgs { timeout_secs: Some(secs), ..args(command) }
+    }
+
+    /// Runs `shell` locally in `dir` with default limits.
+    async fn run_local(args: ShellArgs, dir: &Path, cancel: &CancellationToken) -> ToolOutcome {
+        let limits = ToolLimits::default();
+        let roots = vec![dir.to_path_buf()];
+        let progress = |_: Progress| {};
+        let ctx =
+            ToolContext { cwd: dir, roots: &roots, host: &LocalHost, cancel, limits: &limits, progress: &progress };
+        shell(args, &ctx).await
+    }
+
+    /// Runs `shell` through fake editor terminals; progress is recorded in
+    /// the same log as the terminal calls, and cancels the turn when asked.
+    async fn run_editor(
+        args: ShellArgs,
+        script: Script,
+        output: Result<TerminalOutput, HostError>,
+        cancel_on_progress: bool,
+    ) -> (ToolOutcome, Vec<String>) {
+        let dir = tempfile::tempdir().unwrap();
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let host = EditorHost(FakeTerminals::new(&calls, script, output));
+        let limits = ToolLimits::default();
+        let roots = vec![dir.path().to_path_buf()];
+        let cancel = CancellationToken::new();
+        let progress = |progress: Progress| {
+            if let Progress::Terminal(id) = progress {
+                calls.lock().unwrap().push(format!("progress {id}"));
+            }
+            if cancel_on_progress {
+                cancel.cancel();
+            }
+        };
+        let ctx = ToolContext {
+            cwd: dir.path(),
+            roots: &roots,
+            host: &host,
+            cancel: &cancel,
+            limits: &limits,
+            progress: &progress,
+        };
+        let outcome = shell(args, &ctx).await;
+        let calls = calls.lock().unwrap().clone();
+        let calls = calls.into_iter().map(|call| call.replace(&dir.path().display().to_string(), "<dir>")).collect();
+        (outcome, calls)
+    }
+
+    fn exited(code: u32, text: &str) -> Result<TerminalOutput, HostError> {
+        Ok(TerminalOutput {
+            output: text.to_owned(),
+            truncated: false,
+            exit: Some(TerminalExit { exit_code: Some(code), signal: None }),
+        })
+    }
+
+    /// Whether any live (non-zombie) process remains in group `pgid`. This
+    /// sandbox's init may never reap orphans, so ESRCH alone is too strict:
+    /// killed grandchildren can linger as zombies, which are dead.
+    fn group_alive(pgid: i32) -> bool {
+        if killpg(Pid::from_raw(pgid), None) == Err(Errno::ESRCH) {
+            return false;
+        }
+        let Ok(entries) = std::fs::read_dir("/proc") else { return true };
+        entries.flatten().any(|entry| {
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { return false };
+            // Fields after the command name: state, ppid, pgrp, ...
+            let Some((_, rest)) = stat.rsplit_once(") ") else { return false };
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            fields.len() > 2 && fields[2] == pgid.to_string() && fields[0] != "Z"
+        })
+    }
+
+    /// Waits up to a second for group `pgid` to have no live process.
+    async fn assert_group_gone(pgid: i32) {
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while group_alive(pgid) {
+            assert!(Instant::now() < deadline, "process group {pgid} survived");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Waits for the command to write its shell's pid (= its group id).
+    async fn read_pgid(file: &Path) -> i32 {
+        loop {
+            if let Ok(text) = std::fs::read_to_string(file)
+                && let Ok(pid) = text.trim().parse()
+            {
+                return pid;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// A command that records its group id and leaves two grandchildren.
+    const SLEEPERS: &str = "echo $$ > pgid.tmp; mv pgid.tmp pgid; echo started; sleep 300 & sleep 300 & wait";
+
+    #[tokio::test]
+    async fn reports_output_and_exit_code() {
+        let dir = tempfile::tempdir().unwrap();
+        let outcome = run_local(args("echo hello"), dir.path(), &CancellationToken::new()).await;
+        assert_eq!(outcome.status, OutcomeStatus::Completed);
+        assert_eq!(outcome.for_model, "Exit code: 0\nhello");
+        assert_eq!(outcome.content, vec![DisplayContent::Text("```\nhello\n```".to_owned())]);
+        assert_eq!(outcome.raw_output, Some(json!({"exit_code": 0, "timed_out": false})));
+    }
+
+    #[tokio::test]
+    async fn non_zero_exit_fails_and_stderr_is_captured() {
+        let dir = tempfile::tempdir().unwrap();
+        let outcome = run_local(args("echo out; echo err >&2; exit 3"), dir.path(), &CancellationToken::new()).await;
+        assert_eq!(outcome.status, OutcomeStatus::Failed);
+        assert!(outcome.for_model.starts_with("Exit code: 3\n"), "{}", outcome.for_model);
+        assert!(outcome.for_model.contains("out") && outcome.for_model.contains("err"), "{}", outcome.for_model);
+        assert_eq!(outcome.raw_output, Some(json!({"exit_code": 3, "timed_out": false})));
+        let outcome = run_local(args("true"), dir.path(), &CancellationToken::new()).await;
+        assert_eq!(outcome.for_model, "Exit code: 0\n(no output)");
+    }
+
+    #[tokio::test]
+    async fn runs_in_the_requested_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("file"), "").unwrap();
+        let cancel = CancellationToken::new();
+        let outcome = run_local(ShellArgs { cwd: Some("sub".to_owned()), ..args("pwd") }, dir.path(), &cancel).await;
+        assert!(outcome.for_model.trim_end().ends_with("/sub"), "{}", outcome.for_model);
+        let outcome = run_local(ShellArgs { cwd: Some("file".to_owned()), ..args("pwd") }, dir.path(), &cancel).await;
+        assert_eq!(outcome.status, OutcomeStatus::Failed);
+        assert!(outcome.for_model.contains("not a directory"), "{}", outcome.for_model);
+        let outcome =
+            run_local(ShellArgs { cwd: Some("missing".to_owned()), ..args("pwd") }, dir.path(), &cancel).await;
+        assert_eq!(outcome.status, OutcomeStatus::Failed);
+        assert!(outcome.for_model.contains("missing"), "{}", outcome.for_model);
+        let outcome = run_local(args("  "), dir.path(), &cancel).await;
+        assert_eq!(outcome.status, OutcomeStatus::Failed);
+    }
+
+    #[tokio::test]
+    async fn children_run_non_interactively() {
+        let dir = tempfile::tempdir().unwrap();
+        let command = "echo $PAGER $GIT_PAGER $TERM $GIT_TERMINAL_PROMPT; read line; echo \"read:$?:$line\"";
+        let outcome = run_local(args(command), dir.path(), &CancellationToken::new()).await;
+        // stdin is /dev/null: `read` sees end of input at once instead of hanging.
+        assert_eq!(outcome.for_model, "Exit code: 0\ncat cat dumb 0\nread:1:");
+    }
+
+    #[tokio::test]
+    async fn huge_output_keeps_head_and_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let command = "printf start; head -c 5000000 /dev/zero | tr '\\0' a; printf end";
+        let outcome = run_local(args(command), dir.path(), &CancellationToken::new()).await;
+        let limit = ToolLimits::default().shell_output_bytes;
+        let omitted = 5_000_008 - limit;
+        assert!(
+            outcome.for_model.contains(&format!("\n[... {omitted} bytes omitted ...]\n")),
+            "{}",
+            &outcome.for_model[..200]
+        );
+        assert!(outcome.for_model.starts_with("Exit code: 0\nstartaaa"));
+        assert!(outcome.for_model.ends_with("aaaend"));
+        assert!(outcome.for_model.len() < limit + 100, "{}", outcome.for_model.len());
+    }
+
+    #[tokio::test]
+    async fn escapes_and_overwrites_are_cleaned() {
+        let dir = tempfile::tempdir().unwrap();
+        let command = "printf '\\033[1;31mred\\033[0m \\033]0;title\\007ok\\n10%%\\r50%%\\r100%%\\r\\n'";
+        let outcome = run_local(args(command), dir.path(), &CancellationToken::new()).await;
+        assert_eq!(outcome.for_model, "Exit code: 0\nred ok\n100%");
+    }
+
+    #[tokio::test]
+    async fn timeout_kills_the_whole_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let started = Instant::now();
+        let outcome = run_local(with_timeout(SLEEPERS, 1.0), dir.path(), &CancellationToken::new()).await;
+        assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+        assert_eq!(outcome.status, OutcomeStatus::Failed);
+        assert_eq!(outcome.for_model, "Command timed out after 1 s and was killed.\nstarted");
+        assert_eq!(outcome.raw_output, Some(json!({"exit_code": null, "timed_out": true})));
+        assert_group_gone(read_pgid(&dir.path().join("pgid")).await).await;
+    }
+
+    #[tokio::test]
+    async fn endless_output_times_out_with_bounded_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let started = Instant::now();
+        let outcome = run_local(with_timeout("yes", 1.0), dir.path(), &CancellationToken::new()).await;
+        assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+        assert!(outcome.for_model.starts_with("Command timed out after 1 s"), "{}", &outcome.for_model[..100]);
+        assert!(outcome.for_model.contains("bytes omitted"));
+        assert!(outcome.for_model.len() < ToolLimits::default().shell_output_bytes + 200);
+    }
+
+    #[tokio::test]
+    async fn cancel_kills_the_group_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let cancel = CancellationToken::new();
+        let run = run_local(args(SLEEPERS), dir.path(), &cancel);
+        let control = async {
+            let pgid = read_pgid(&dir.path().join("pgid")).await;
+            cancel.cancel();
+            (pgid, Instant::now())
+        };
+        let (outcome, (pgid, cancelled_at)) = tokio::join!(run, control);
+        assert!(cancelled_at.elapsed() < Duration::from_millis(300), "{:?}", cancelled_at.elapsed());
+        assert_eq!(outcome, ToolOutcome::cancelled());
+        assert_group_gone(pgid).await;
+    }
+
+    #[tokio::test]
+    async fn dropping_the_run_kills_the_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let cancel = CancellationToken::new();
+        let run = Box::pin(run_local(args(SLEEPERS), dir.path(), &cancel));
+        let pgid_file = dir.path().join("pgid");
+        let pgid = tokio::select! {
+            _ = run => panic!("the command ended on its own"),
+            pgid = read_pgid(&pgid_file) => pgid,
+        };
+        assert_group_gone(pgid).await;
+    }
+
+    #[tokio::test]
+    async fn background_processes_do_not_outlive_the_command() {
+        let dir = tempfile::tempdir().unwrap();
+        let started = Instant::now();
+        let outcome =
+            run_local(args("echo $$ > pgid; sleep 300 & echo done"), dir.path(), &CancellationToken::new()).await;
+        assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
+        assert_eq!(outcome.for_model, "Exit code: 0\ndone");
+        assert_group_gone(read_pgid(&dir.path().join("pgid")).await).await;
+    }
+
+    #[tokio::test]
+    async fn terminal_runs_create_progress_wait_output_release() {
+        let exit = TerminalExit { exit_code: Some(0), signal: None };
+        let (outcome, calls) = run_editor(args("echo hi"), Script::Exits(exit), exited(0, "hi\n"), false).await;
+        assert_eq!(
+            calls,
+            [
+                "create sh -c echo hi cwd=<dir> limit=Some(32768)",
+                "progress term-1",
+                "wait term-1",
+                "output term-1",
+                "release term-1"
+            ]
+        );
+        assert_eq!(outcome.status, OutcomeStatus::Completed);
+        assert_eq!(outcome.for_model, "Exit code: 0\nhi");
+        assert_eq!(outcome.content, vec![DisplayContent::Terminal("term-1".to_owned())]);
+    }
+
+    #[tokio::test]
+    async fn terminal_failure_and_truncation_are_reported() {
+        let exit = TerminalExit { exit_code: Some(2), signal: None };
+        let output =
+            Ok(TerminalOutput { output: "\u{1b}[31mtail of it\u{1b}[0m".to_owned(), truncated: true, exit: None });
+        let (outcome, _) = run_editor(args("make"), Script::Exits(exit), output, false).await;
+        assert_eq!(outcome.status, OutcomeStatus::Failed);
+        assert_eq!(outcome.for_model, "Exit code: 2\n[... earlier output was cut by the editor ...]\ntail of it");
+    }
+
+    #[tokio::test]
+    async fn terminal_timeout_kills_then_releases() {
+        let (outcome, calls) =
+            run_editor(with_timeout("sleep 300", 1.0), Script::Hangs, exited(137, "zz"), false).await;
+        assert_eq!(calls[2..], ["wait term-1", "kill term-1", "output term-1", "release term-1"]);
+        assert_eq!(outcome.status, OutcomeStatus::Failed);
+        assert_eq!(outcome.for_model, "Command timed out after 1 s and was killed.\nzz");
+        assert_eq!(outcome.raw_output, Some(json!({"exit_code": null, "timed_out": true})));
+    }
+
+    #[tokio::test]
+    async fn terminal_cancel_abandons_at_once() {
+        let started = Instant::now();
+        let (outcome, calls) = run_editor(args("sleep 300"), Script::Hangs, exited(0, ""), true).await;
+        assert!(started.elapsed() < Duration::from_millis(500));
+        assert_eq!(outcome, ToolOutcome::cancelled());
+        assert_eq!(calls[1..], ["progress term-1", "wait term-1", "abandon term-1"]);
+    }
+
+    #[tokio::test]
+    async fn terminal_errors_still_release() {
+        let exit = TerminalExit { exit_code: Some(0), signal: None };
+        let broken = Err(HostError::Other("editor went away".to_owned()));
+        let (outcome, calls) = run_editor(args("ls"), Script::Exits(exit), broken.clone(), false).await;
+        assert_eq!(calls.last().map(String::as_str), Some("release term-1"));
+        assert!(outcome.for_model.contains("editor went away"), "{}", outcome.for_model);
+
+        let (outcome, calls) = run_editor(args("ls"), Script::WaitFails, broken, false).await;
+        assert_eq!(calls[2..], ["wait term-1", "output term-1", "release term-1"]);
+        assert_eq!(outcome.status, OutcomeStatus::Failed);
+        assert!(outcome.for_model.contains("connection lost"), "{}", outcome.for_model);
+    }
+
+    #[test]
+    fn titles_show_the_first_line_cut_short() {
+        let cwd = Path::new("/p");
+        assert_eq!(describe_shell(&args("cargo test"), cwd).title, "Run `cargo test`");
+        assert_eq!(describe_shell(&args("cat <<EOF\nx\nEOF"), cwd).title, "Run `cat <<EOF…`");
+        let long = format!("echo {}", "x".repeat(100));
+        assert_eq!(describe_shell(&args(&long), cwd).title, format!("Run `echo {}…`", "x".repeat(75)));
+        assert_eq!(describe_shell(&args("echo `date`"), cwd).title, "Run `` echo `date` ``");
+        let described = describe_shell(&ShellArgs { cwd: Some("sub/../web".to_owned()), ..args("ls") }, cwd);
+        assert_eq!(described.access, Access::Execute { command: "ls".to_owned(), cwd: PathBuf::from("/p/web") });
+        let described = describe_shell(&args("ls"), cwd);
+        assert_eq!(described.access, Access::Execute { command: "ls".to_owned(), cwd: PathBuf::from("/p") });
+    }
+
+    #[test]
+    fn arguments_accept_common_spellings() {
+        let parsed: ShellArgs =
+            serde_json::from_value(json!({"command": "ls", "workdir": "src", "timeout_secs": 300.0})).unwrap();
+        assert_eq!(parsed.cwd.as_deref(), Some("src"));
+        assert_eq!(parsed.timeout_secs, Some(300.0));
+        assert_eq!(shell_schema()["required"], json!(["command"]));
+    }
+
+    #[test]
+    fn timeouts_default_and_cap() {
+        let limits = ToolLimits::default();
+        assert_eq!(effective_timeout(None, &limits), Duration::from_secs(120));
+        assert_eq!(effective_timeout(Some(5.0), &limits), Duration::from_secs(5));
+        assert_eq!(effective_timeout(Some(1e12), &limits), Duration::from_secs(1800));
+        assert_eq!(effective_timeout(Some(0.01), &limits), Duration::from_secs(1));
+        assert_eq!(effective_timeout(Some(-3.0), &limits), Duration::from_secs(120));
+        assert_eq!(effective_timeout(Some(f64::NAN), &limits), Duration::from_secs(120));
+    }
+
+    #[test]
+    fn command_prefixes() {
+        let table = [
+            ("cargo test --all", Some("cargo test")),
+            ("git status", Some("git status")),
+            ("ls -la", Some("ls")),
+            ("ls", Some("ls")),
+            ("python script.py", Some("python")),
+            ("cat src/main.rs", Some("cat")),
+            ("npm run build -- --watch", Some("npm run build")),
+            ("pnpm run --silent lint", Some("pnpm run")),
+            ("npm install", Some("npm install")),
+            ("cargo +nightly fmt", Some("cargo")),
+            ("'my tool' sub", Some("'my tool' sub")),
+            ("cargo test; rm -rf /", None),
+            ("cargo test && rm x", None),
+            ("cargo test || true", None),
+            ("cargo test | tail", None),
+            ("sleep 1 &", None),
+            ("echo `id`", None),
+            ("echo $(id)", None),
+            ("echo hi > f", None),
+            ("sort < f", None),
+            ("cargo test\nrm x", None),
+            ("LD_PRELOAD=x.so cargo test", None),
+            ("echo 'unclosed", None),
+            ("   ", None),
+        ];
+        for (command, expected) in table {
+            assert_eq!(command_prefix(command).as_deref(), expected, "{command}");
+        }
+    }
+
+    #[test]
+    fn prefix_matching() {
+        let table = [
+            ("cargo test --all", "cargo test", true),
+            ("cargo test", "cargo test", true),
+            ("cargo  'test'  -q", "cargo test", true),
+            ("cargo testx", "cargo test", false),
+            ("cargo", "cargo test", false),
+            ("cargo build", "cargo test", false),
+            ("cargo test; rm -rf /", "cargo test", false),
+            ("cargo test $(rm x)", "cargo test", false),
+            ("cargo test > out", "cargo", false),
+            ("ls -la", "ls", true),
+            ("ls", "", false),
+            ("env X=1 cargo test", "cargo test", false),
+        ];
+        for (command, prefix, expected) in table {
+            assert_eq!(matches_prefix(command, prefix), expected, "{command} vs {prefix}");
+        }
+    }
+
+    #[test]
+    fn head_tail_buffer_is_bounded_and_cuts_cleanly() {
+        let mut small = HeadTail::new(10);
+        small.push(b"0123");
+        small.push(b"4567");
+        assert_eq!(small.render(), "01234567");
+        small.push(b"89abcdef");
+        assert_eq!(small.render(), "01234\n[... 6 bytes omitted ...]\nbcdef");
+        for _ in 0..1000 {
+            small.push(&[b'z'; 100]);
+        }
+        assert!(small.head.len() + small.tail.len() <= 10);
+        assert!(small.render().ends_with("\n[... 100006 bytes omitted ...]\nzzzzz"));
+
+        // "é" is two bytes; cuts inside it drop its pieces.
+        let mut utf8 = HeadTail::new(6);
+        utf8.push("aaéxxxxébc".as_bytes());
+        assert_eq!(utf8.render(), "aa\n[... 6 bytes omitted ...]\nbc");
+        assert_eq!(without_cut_end("a€".as_bytes()), "a€".as_bytes());
+        assert_eq!(without_cut_end(&"a€".as_bytes()[..3]), b"a");
+        assert_eq!(without_cut_start(&"€a".as_bytes()[1..]), b"a");
+    }
+
+    #[test]
+    fn fences_outlast_backticks_in_the_output() {
+        assert_eq!(fenced("plain"), "```\nplain\n```");
+        assert_eq!(fenced("a\n```\nb"), "````\na\n```\nb\n````");
+    }
 }

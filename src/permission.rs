@@ -1,0 +1,410 @@
+//! The permission policy: which tool calls run without asking, which ask the
+//! user, and which are refused, given the session mode, the session roots and
+//! the "always" answers the user already gave. Pure and table-tested.
+//!
+//! Also the [`Approver`] seam through which the agent asks the user; `acp`
+//! implements it with `session/request_permission`. This module knows tool
+//! access descriptions but nothing of ACP, the model or how tools run.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+
+use futures_util::future::BoxFuture;
+
+use crate::tools::{Access, DisplayContent, Location, Tool, ToolKind, paths, shell};
+
+/// How much the agent may do without asking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Reads and searches only: no edits, no commands.
+    ReadOnly,
+    /// Ask before every edit and every command (the default).
+    Ask,
+    /// Edits inside the project without asking; commands still ask.
+    AcceptEdits,
+    /// Nothing asks.
+    FullAuto,
+}
+
+impl Mode {
+    /// Every mode, in the order editors list them.
+    pub const ALL: [Mode; 4] = [Mode::ReadOnly, Mode::Ask, Mode::AcceptEdits, Mode::FullAuto];
+
+    /// The id used on the wire.
+    pub fn id(self) -> &'static str {
+        match self {
+            Mode::ReadOnly => "read-only",
+            Mode::Ask => "ask",
+            Mode::AcceptEdits => "accept-edits",
+            Mode::FullAuto => "full-auto",
+        }
+    }
+
+    /// The name editors show.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::ReadOnly => "Read only",
+            Mode::Ask => "Ask",
+            Mode::AcceptEdits => "Accept edits",
+            Mode::FullAuto => "Full auto",
+        }
+    }
+
+    /// One line about what it allows.
+    pub fn description(self) -> &'static str {
+        match self {
+            Mode::ReadOnly => "Read and search only; no file changes, no commands",
+            Mode::Ask => "Ask before every file change and every command",
+            Mode::AcceptEdits => "Change files in the project without asking; ask before commands",
+            Mode::FullAuto => "Change files and run commands without asking",
+        }
+    }
+
+    /// The mode with this id.
+    pub fn from_id(id: &str) -> Option<Mode> {
+        Mode::ALL.into_iter().find(|mode| mode.id() == id)
+    }
+}
+
+/// What the policy says about one call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Run it.
+    Allow,
+    /// Ask the user first.
+    Ask,
+    /// Do not run it; the message goes to the model.
+    Deny(String),
+}
+
+/// What the user answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// Run this call.
+    AllowOnce,
+    /// Run this call and similar ones from now on.
+    AllowAlways,
+    /// Do not run this call.
+    RejectOnce,
+    /// Do not run this call nor similar ones from now on.
+    RejectAlways,
+    /// The prompt turn was cancelled while asking.
+    Cancelled,
+}
+
+impl Answer {
+    /// Whether the call may run.
+    pub fn allows(self) -> bool {
+        matches!(self, Answer::AllowOnce | Answer::AllowAlways)
+    }
+}
+
+/// Whether a path-touching call stays inside the session roots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Scope {
+    Inside,
+    Outside,
+}
+
+/// A remembered "always" answer.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Rule {
+    /// A file tool, inside or outside the roots.
+    Tool(Tool, Scope),
+    /// Shell commands starting with these words.
+    CommandPrefix(String),
+    /// Exactly this shell command (when it has no usable prefix).
+    Command(String),
+}
+
+/// The session's permission state: its mode and the "always" answers.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    mode: Mode,
+    allowed: HashSet<Rule>,
+    rejected: HashSet<Rule>,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self::new(Mode::Ask)
+    }
+}
+
+/// The message a refused write or command sends back to the model in read-only mode.
+const READ_ONLY_REFUSAL: &str = "The session is in read-only mode: file changes and commands are not allowed. \
+Describe the change you would make instead, or ask the user to switch to another mode.";
+
+impl Policy {
+    /// A policy in `mode` with nothing remembered.
+    pub fn new(mode: Mode) -> Self {
+        Self { mode, allowed: HashSet::new(), rejected: HashSet::new() }
+    }
+
+    /// The current mode.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Switches the mode; takes effect on the next call.
+    pub fn set_mode(&mut self, mode: Mode) {
+        self.mode = mode;
+    }
+
+    /// Judges a call.
+    pub fn judge(&self, tool: Tool, access: &Access, roots: &[PathBuf]) -> Verdict {
+        let rule = rule_for(tool, access, roots);
+        if let Some(rule) = &rule
+            && self.rejected.contains(rule)
+        {
+            return Verdict::Deny(
+                "The user declined calls like this one for the rest of the session. Do not retry it; find another way or ask the user."
+                    .to_owned(),
+            );
+        }
+        let remembered = rule.as_ref().is_some_and(|rule| self.allowed.contains(rule));
+        match access {
+            Access::Nothing => Verdict::Allow,
+            Access::Read(paths) => {
+                let inside = all_inside(paths, roots);
+                match self.mode {
+                    _ if inside => Verdict::Allow,
+                    Mode::FullAuto => Verdict::Allow,
+                    _ if remembered => Verdict::Allow,
+                    Mode::ReadOnly | Mode::Ask | Mode::AcceptEdits => Verdict::Ask,
+                }
+            }
+            Access::Write(paths) => {
+                let inside = all_inside(paths, roots);
+                match self.mode {
+                    Mode::ReadOnly => Verdict::Deny(READ_ONLY_REFUSAL.to_owned()),
+                    Mode::FullAuto => Verdict::Allow,
+                    Mode::AcceptEdits if inside => Verdict::Allow,
+                    _ if remembered => Verdict::Allow,
+                    Mode::Ask | Mode::AcceptEdits => Verdict::Ask,
+                }
+            }
+            Access::Execute { cwd, .. } => match self.mode {
+                Mode::ReadOnly => Verdict::Deny(READ_ONLY_REFUSAL.to_owned()),
+                Mode::FullAuto => Verdict::Allow,
+                // A command run outside the roots asks even when its prefix is remembered.
+                _ if remembered && all_inside(std::slice::from_ref(cwd), roots) => Verdict::Allow,
+                Mode::Ask | Mode::AcceptEdits => Verdict::Ask,
+            },
+        }
+    }
+
+    /// The choices to offer for a call, in the order editors show them.
+    pub fn options(&self, tool: Tool, access: &Access, roots: &[PathBuf]) -> Vec<Choice> {
+        let rule = rule_for(tool, access, roots);
+        let always = match &rule {
+            Some(Rule::CommandPrefix(prefix)) => Some(format!("Always allow `{prefix}` commands")),
+            Some(Rule::Tool(_, Scope::Outside)) => Some(format!("Always allow {} outside the project", verb(tool))),
+            Some(Rule::Tool(_, Scope::Inside)) => Some(format!("Always allow {}", verb(tool))),
+            Some(Rule::Command(_)) | None => None,
+        };
+        let mut choices = vec![Choice { answer: Answer::AllowOnce, id: "allow_once", label: "Allow".to_owned() }];
+        if let Some(label) = always {
+            choices.push(Choice { answer: Answer::AllowAlways, id: "allow_always", label });
+        }
+        choices.push(Choice { answer: Answer::RejectOnce, id: "reject_once", label: "Reject".to_owned() });
+        if rule.is_some() {
+            choices.push(Choice {
+                answer: Answer::RejectAlways,
+                id: "reject_always",
+                label: "Always reject".to_owned(),
+            });
+        }
+        choices
+    }
+
+    /// Remembers an "always" answer.
+    pub fn remember(&mut self, tool: Tool, access: &Access, roots: &[PathBuf], answer: Answer) {
+        let Some(rule) = rule_for(tool, access, roots) else { return };
+        match answer {
+            Answer::AllowAlways => {
+                self.rejected.remove(&rule);
+                self.allowed.insert(rule);
+            }
+            Answer::RejectAlways => {
+                self.allowed.remove(&rule);
+                self.rejected.insert(rule);
+            }
+            Answer::AllowOnce | Answer::RejectOnce | Answer::Cancelled => {}
+        }
+    }
+}
+
+fn verb(tool: Tool) -> &'static str {
+    match tool {
+        Tool::ReadFile | Tool::ListDirectory | Tool::Glob | Tool::Grep => "reading files",
+        Tool::WriteFile | Tool::EditFile => "file edits",
+        Tool::Shell => "this command",
+        Tool::UpdatePlan => "plan updates",
+    }
+}
+
+fn all_inside(paths: &[PathBuf], roots: &[PathBuf]) -> bool {
+    paths.iter().all(|path| paths::is_inside_roots(path, roots))
+}
+
+/// The rule an "always" answer to this call would create. Reads and writes
+/// share a rule per tool family so that "always allow edits" covers both edit tools.
+fn rule_for(tool: Tool, access: &Access, roots: &[PathBuf]) -> Option<Rule> {
+    let scope = |paths: &[PathBuf]| if all_inside(paths, roots) { Scope::Inside } else { Scope::Outside };
+    match access {
+        Access::Nothing => None,
+        Access::Read(paths) => Some(Rule::Tool(Tool::ReadFile, scope(paths))),
+        Access::Write(paths) => Some(Rule::Tool(
+            match tool {
+                Tool::WriteFile | Tool::EditFile => Tool::EditFile,
+                other => other,
+            },
+            scope(paths),
+        )),
+        Access::Execute { command, .. } => Some(match shell::command_prefix(command) {
+            Some(prefix) => Rule::CommandPrefix(prefix),
+            None => Rule::Command(command.trim().to_owned()),
+        }),
+    }
+}
+
+/// One option offered to the user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Choice {
+    /// What choosing it means.
+    pub answer: Answer,
+    /// The option id on the wire.
+    pub id: &'static str,
+    /// The label editors show.
+    pub label: String,
+}
+
+/// What the user is asked about.
+#[derive(Debug, Clone)]
+pub struct PermissionQuestion {
+    /// The tool call being asked about (already announced to the editor).
+    pub call_id: String,
+    /// Its title.
+    pub title: String,
+    /// Its kind.
+    pub kind: ToolKind,
+    /// Files it touches.
+    pub locations: Vec<Location>,
+    /// What it would do (a diff, a command).
+    pub preview: Vec<DisplayContent>,
+    /// The arguments as the model sent them.
+    pub raw_input: Option<serde_json::Value>,
+    /// The choices.
+    pub choices: Vec<Choice>,
+}
+
+/// Why asking failed (the editor is gone or answered nonsense).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct ApprovalError(pub String);
+
+/// How the agent asks the user. Dropping the returned future withdraws the question.
+pub trait Approver: Send + Sync {
+    /// Asks and waits for the answer.
+    fn ask<'a>(&'a self, question: &'a PermissionQuestion) -> BoxFuture<'a, Result<Answer, ApprovalError>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roots() -> Vec<PathBuf> {
+        vec![PathBuf::from("/nonexistent-root/project")]
+    }
+
+    fn inside() -> Vec<PathBuf> {
+        vec![PathBuf::from("/nonexistent-root/project/src/a.rs")]
+    }
+
+    fn outside() -> Vec<PathBuf> {
+        vec![PathBuf::from("/nonexistent-root/elsewhere/a.rs")]
+    }
+
+    fn run(command: &str) -> Access {
+        Access::Execute { command: command.to_owned(), cwd: PathBuf::from("/nonexistent-root/project") }
+    }
+
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Expect {
+        Allow,
+        Ask,
+        Deny,
+    }
+
+    #[test]
+    fn the_mode_table() {
+        use Expect::{Allow, Ask, Deny};
+        let cases = [
+            (Mode::Ask, Tool::ReadFile, Access::Read(inside()), Allow),
+            (Mode::Ask, Tool::ReadFile, Access::Read(outside()), Ask),
+            (Mode::ReadOnly, Tool::ReadFile, Access::Read(inside()), Allow),
+            (Mode::FullAuto, Tool::ReadFile, Access::Read(outside()), Allow),
+            (Mode::Ask, Tool::EditFile, Access::Write(inside()), Ask),
+            (Mode::AcceptEdits, Tool::EditFile, Access::Write(inside()), Allow),
+            (Mode::AcceptEdits, Tool::EditFile, Access::Write(outside()), Ask),
+            (Mode::ReadOnly, Tool::WriteFile, Access::Write(inside()), Deny),
+            (Mode::FullAuto, Tool::WriteFile, Access::Write(outside()), Allow),
+            (Mode::Ask, Tool::Shell, run("cargo test"), Ask),
+            (Mode::AcceptEdits, Tool::Shell, run("cargo test"), Ask),
+            (Mode::ReadOnly, Tool::Shell, run("ls"), Deny),
+            (Mode::FullAuto, Tool::Shell, run("rm -rf target"), Allow),
+            (Mode::ReadOnly, Tool::UpdatePlan, Access::Nothing, Allow),
+        ];
+        for (mode, tool, access, expected) in cases {
+            let verdict = Policy::new(mode).judge(tool, &access, &roots());
+            let got = match verdict {
+                Verdict::Allow => Allow,
+                Verdict::Ask => Ask,
+                Verdict::Deny(_) => Deny,
+            };
+            assert_eq!(got, expected, "{mode:?} {tool:?} {access:?}");
+        }
+    }
+
+    #[test]
+    fn always_answers_are_remembered() {
+        let mut policy = Policy::new(Mode::Ask);
+        policy.remember(Tool::EditFile, &Access::Write(inside()), &roots(), Answer::AllowAlways);
+        assert_eq!(policy.judge(Tool::WriteFile, &Access::Write(inside()), &roots()), Verdict::Allow);
+        assert_eq!(policy.judge(Tool::WriteFile, &Access::Write(outside()), &roots()), Verdict::Ask);
+
+        policy.remember(Tool::Shell, &run("cargo test --all"), &roots(), Answer::AllowAlways);
+        assert_eq!(policy.judge(Tool::Shell, &run("cargo test -p lathe"), &roots()), Verdict::Allow);
+        assert_eq!(policy.judge(Tool::Shell, &run("cargo build"), &roots()), Verdict::Ask);
+        assert_eq!(policy.judge(Tool::Shell, &run("cargo test && rm -rf ~"), &roots()), Verdict::Ask);
+
+        policy.remember(Tool::Shell, &run("git push --force"), &roots(), Answer::RejectAlways);
+        assert!(matches!(policy.judge(Tool::Shell, &run("git push origin main"), &roots()), Verdict::Deny(_)));
+        // "Once" answers leave nothing behind.
+        policy.remember(Tool::Shell, &run("make"), &roots(), Answer::AllowOnce);
+        assert_eq!(policy.judge(Tool::Shell, &run("make"), &roots()), Verdict::Ask);
+    }
+
+    #[test]
+    fn options_offer_always_only_when_it_means_something() {
+        let policy = Policy::new(Mode::Ask);
+        let ids =
+            |access: &Access, tool| policy.options(tool, access, &roots()).iter().map(|c| c.id).collect::<Vec<_>>();
+        assert_eq!(
+            ids(&run("cargo test"), Tool::Shell),
+            vec!["allow_once", "allow_always", "reject_once", "reject_always"]
+        );
+        assert_eq!(ids(&run("a; b"), Tool::Shell), vec!["allow_once", "reject_once", "reject_always"]);
+        let labels = policy.options(Tool::Shell, &run("cargo test --all"), &roots());
+        assert_eq!(labels[1].label, "Always allow `cargo test` commands");
+    }
+
+    #[test]
+    fn modes_round_trip() {
+        for mode in Mode::ALL {
+            assert_eq!(Mode::from_id(mode.id()), Some(mode));
+        }
+        assert_eq!(Mode::from_id("yolo"), None);
+    }
+}

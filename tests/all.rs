@@ -1,0 +1,4 @@
+//! The single integration-test binary: every suite links into it.
+
+mod suite;
+mod support;

@@ -1,0 +1,11 @@
+//! The integration test suites, one module per area.
+
+// Test helpers outside `#[test]` functions may panic too; clippy's
+// `allow-unwrap-in-tests` only covers the test functions themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod cancel;
+mod mock_server;
+mod official_client;
+mod protocol;
+mod turns;

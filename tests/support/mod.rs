@@ -1,0 +1,50 @@
+//! Support library for the integration tests: a mock OpenAI-compatible model
+//! server ([`mock_openai`]), a scripted ACP client that drives the real binary
+//! over stdio ([`acp_client`]), and small fixtures.
+
+// Every suite links this module, but no single suite uses every helper.
+#![allow(dead_code)]
+// Test support: a panic with a message is the right way to fail. (Clippy's
+// `allow-expect-in-tests` only covers `#[test]` functions, not helpers.)
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+pub mod acp_client;
+pub mod harness;
+pub mod mock_openai;
+
+use std::path::{Path, PathBuf};
+
+/// Writes `dir/config.toml` pointing the default model `mock` at `base_url`,
+/// followed by `extra_toml` verbatim, and returns its path (pass it to the
+/// agent as `--config <path>`).
+pub fn write_config(dir: &Path, base_url: &str, extra_toml: &str) -> PathBuf {
+    let path = dir.join("config.toml");
+    let base_url = toml_string(base_url);
+    let config = format!(
+        "default_model = \"mock\"\n\
+         [models.mock]\n\
+         base_url = {base_url}\n\
+         model = \"mock-model\"\n\
+         context_window = 32768\n\
+         max_output_tokens = 1024\n\
+         {extra_toml}"
+    );
+    std::fs::write(&path, config).expect("write the test config");
+    path
+}
+
+/// `text` as a TOML basic string, quoted and escaped.
+fn toml_string(text: &str) -> String {
+    let mut quoted = String::with_capacity(text.len() + 2);
+    quoted.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => quoted.push_str("\\\""),
+            '\\' => quoted.push_str("\\\\"),
+            c if c.is_control() => quoted.push_str(&format!("\\u{:04X}", u32::from(c))),
+            c => quoted.push(c),
+        }
+    }
+    quoted.push('"');
+    quoted
+}
