@@ -5,7 +5,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod cancel;
+mod cli;
 mod mock_server;
 mod official_client;
 mod protocol;
 mod turns;
+mod upstream;

@@ -1,0 +1,180 @@
+//! The model endpoint failing: HTTP errors, a stream that drops, a stream
+//! that stalls, garbage in the stream. Each ends the prompt with a JSON-RPC
+//! error that says what happened (never a hang), and the session stays usable.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::acp_client::{agent_text, prompt};
+use crate::support::harness::Harness;
+use crate::support::mock_openai::{Reply, Step, ev_finish, ev_role, ev_text, text_reply};
+
+async fn failed_prompt(h: &mut Harness, session: &str) -> (Vec<Value>, Value) {
+    let id = prompt(&mut h.agent, session, "hi").await;
+    let (before, response) = h.agent.response(id).await;
+    assert!(response.get("error").is_some(), "expected an error, got {response}");
+    (before, response["error"].clone())
+}
+
+async fn still_usable(h: &mut Harness, session: &str) {
+    h.mock.push(text_reply("recovered"));
+    let id = prompt(&mut h.agent, session, "again").await;
+    let (before, response) = h.agent.response(id).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    assert_eq!(agent_text(&before), "recovered");
+}
+
+#[tokio::test]
+async fn http_errors_carry_status_kind_and_the_providers_message() {
+    let mut h = Harness::start().await;
+    let session = h.session().await;
+    for (status, message, kind) in [
+        (401, "Incorrect API key provided", "auth"),
+        (400, "model 'nope' not found", "bad_request"),
+        (400, "This model's maximum context length is 8192 tokens", "context_overflow"),
+        (500, "upstream exploded", "server"),
+    ] {
+        h.mock.push(Reply::error(status, message));
+        let (_, error) = failed_prompt(&mut h, &session).await;
+        let text = error["message"].as_str().unwrap();
+        assert!(text.contains(&status.to_string()) && text.contains(message), "{error}");
+        assert!(!text.contains('\n'), "one line: {text}");
+        assert_eq!(error["data"]["kind"], kind, "{error}");
+        assert_eq!(error["data"]["status"], status);
+        assert_eq!(error["data"]["providerMessage"], message);
+        assert_ne!(error["message"], "Internal error");
+    }
+    h.mock.push(Reply::Status {
+        status: 429,
+        body: json!({"error": {"message": "slow down"}}).to_string(),
+        headers: vec![("retry-after".into(), "7".into())],
+    });
+    let (_, error) = failed_prompt(&mut h, &session).await;
+    assert_eq!(error["data"]["kind"], "rate_limited");
+    assert_eq!(error["data"]["retryAfterMs"], 7000);
+    still_usable(&mut h, &session).await;
+}
+
+#[tokio::test]
+async fn a_dropped_stream_keeps_the_partial_answer() {
+    let mut h = Harness::start().await;
+    let session = h.session().await;
+    h.mock.push(Reply::Sse(vec![
+        ev_role(),
+        ev_text("half an ans"),
+        Step::Delay(Duration::from_millis(50)),
+        Step::Drop,
+    ]));
+    let (before, error) = failed_prompt(&mut h, &session).await;
+    assert_eq!(agent_text(&before), "half an ans");
+    assert!(error["message"].as_str().unwrap().contains("broke off"), "{error}");
+    assert_eq!(error["data"]["kind"], "network");
+    still_usable(&mut h, &session).await;
+    let history = &h.mock.requests()[1].body["messages"];
+    assert!(history[2]["content"].as_str().unwrap().starts_with("half an ans"), "{history}");
+}
+
+#[tokio::test]
+async fn a_stalled_stream_times_out() {
+    let mut h = Harness::with_config("[network]\nstream_idle_timeout_secs = 0.5\n").await;
+    let session = h.session().await;
+    h.mock.push(Reply::Sse(vec![ev_role(), ev_text("thinking"), Step::Stall]));
+    let started = std::time::Instant::now();
+    let (_, error) = failed_prompt(&mut h, &session).await;
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    assert!(error["message"].as_str().unwrap().contains("stalled"), "{error}");
+    assert_eq!(error["data"]["kind"], "timeout");
+    still_usable(&mut h, &session).await;
+}
+
+#[tokio::test]
+async fn an_unreachable_endpoint_is_a_network_error() {
+    let mut h = Harness::start().await;
+    // Point the config at a port nobody listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let config = crate::support::write_config(h.home.path(), &format!("http://{closed}/v1"), "");
+    h.agent =
+        crate::support::acp_client::AgentProcess::spawn(&["--config", config.to_str().unwrap()], &[], h.home.path());
+    let session = h.session().await;
+    let (_, error) = failed_prompt(&mut h, &session).await;
+    assert_eq!(error["data"]["kind"], "network", "{error}");
+    assert!(error["message"].as_str().unwrap().to_lowercase().contains("could not reach"), "{error}");
+}
+
+#[tokio::test]
+async fn garbage_events_are_skipped() {
+    let mut h = Harness::start().await;
+    let session = h.session().await;
+    h.mock.push(Reply::Sse(vec![
+        ev_role(),
+        Step::Raw(": keep-alive comment\n\n".into()),
+        Step::Raw("data: {not json at all\n\n".into()),
+        ev_text("fine"),
+        Step::Raw("data: {\"unexpected\":\"shape\"}\n\n".into()),
+        ev_finish("stop"),
+        Step::Done,
+    ]));
+    let id = prompt(&mut h.agent, &session, "hi").await;
+    let (before, response) = h.agent.response(id).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    assert_eq!(agent_text(&before), "fine");
+}
+
+#[tokio::test]
+async fn an_error_inside_the_stream_ends_the_prompt() {
+    let mut h = Harness::start().await;
+    let session = h.session().await;
+    h.mock.push(Reply::Sse(vec![
+        ev_role(),
+        ev_text("par"),
+        Step::Event(json!({"error": {"message": "provider overloaded", "code": 502}})),
+        Step::Done,
+    ]));
+    let (_, error) = failed_prompt(&mut h, &session).await;
+    assert!(error["message"].as_str().unwrap().contains("provider overloaded"), "{error}");
+    still_usable(&mut h, &session).await;
+}
+
+#[tokio::test]
+async fn no_model_configured_explains_how_to_configure() {
+    let home = tempfile::tempdir().unwrap();
+    let project = home.path().canonicalize().unwrap();
+    let mut agent = crate::support::acp_client::AgentProcess::spawn(&[], &[], home.path());
+    let session = crate::support::acp_client::handshake(&mut agent, json!({}), &project).await;
+    let id = prompt(&mut agent, &session, "hi").await;
+    let (_, response) = agent.response(id).await;
+    let message = response["error"]["message"].as_str().unwrap().to_lowercase();
+    assert!(message.contains("no model is configured") && message.contains("config.toml"), "{response}");
+    assert_eq!(response["error"]["data"]["kind"], "config");
+}
+
+/// The API key goes in the Authorization header and nowhere else.
+#[tokio::test]
+async fn the_api_key_is_sent_and_never_logged() {
+    let secret = "sk-test-very-secret-key-123";
+    let mut h = Harness::with_config_and_env(
+        "api_key_env = \"LATHE_TEST_KEY\"\n",
+        &[("LATHE_TEST_KEY", secret), ("RUST_LOG", "trace")],
+    )
+    .await;
+    let session = h.session().await;
+    h.mock.push(Reply::error(401, "bad key"));
+    failed_prompt(&mut h, &session).await;
+    let request = &h.mock.requests()[0];
+    assert_eq!(request.header("authorization"), Some(format!("Bearer {secret}").as_str()));
+    h.agent.close_stdin();
+    h.agent.wait_exit(Duration::from_secs(3)).await;
+    assert!(!h.agent.stderr().contains(secret), "the key leaked into the logs");
+    assert!(!h.agent.raw_stdout_lines().join("\n").contains(secret), "the key leaked into the protocol");
+}
+
+#[tokio::test]
+async fn no_key_means_no_authorization_header() {
+    let mut h = Harness::start().await;
+    let session = h.session().await;
+    h.mock.push(text_reply("ok"));
+    let id = prompt(&mut h.agent, &session, "hi").await;
+    h.agent.response(id).await;
+    assert_eq!(h.mock.requests()[0].header("authorization"), None);
+}
