@@ -9,5 +9,6 @@ mod cli;
 mod mock_server;
 mod official_client;
 mod protocol;
+mod tools;
 mod turns;
 mod upstream;

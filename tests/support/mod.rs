@@ -9,6 +9,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod acp_client;
+pub mod editor;
 pub mod harness;
 pub mod mock_openai;
 

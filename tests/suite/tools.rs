@@ -1,0 +1,499 @@
+//! Tools end to end through the real binary: the mock model calls tools
+//! (arguments split over chunks, several calls at once), the fake editor
+//! answers permission, fs and terminal requests, and the tests check what the
+//! editor was shown, what the model was told, and what happened on disk.
+//! Item numbers refer to `acp/spec-digest.md`.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::acp_client::{prompt, updates_of_kind};
+use crate::support::editor::{FakeEditor, Permission};
+use crate::support::harness::Harness;
+use crate::support::mock_openai::{text_reply, tool_call_reply};
+
+const FAST: Duration = Duration::from_secs(2);
+
+async fn run(h: &mut Harness, session: &str, editor: &mut FakeEditor) -> (Vec<Value>, Value) {
+    let id = prompt(&mut h.agent, session, "do it").await;
+    h.agent.response_answering(id, |request| editor.answer(request)).await
+}
+
+/// The tool messages of a request body, by tool_call_id.
+fn tool_result(body: &Value, call_id: &str) -> String {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool" && m["tool_call_id"] == call_id)
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_else(|| panic!("no tool result for {call_id} in {body}"))
+        .to_owned()
+}
+
+fn updates_for<'a>(messages: &'a [Value], call_id: &str) -> Vec<&'a Value> {
+    messages
+        .iter()
+        .filter(|m| m["method"] == "session/update")
+        .map(|m| &m["params"]["update"])
+        .filter(|u| u["toolCallId"] == call_id)
+        .collect()
+}
+
+fn final_status(messages: &[Value], call_id: &str) -> String {
+    updates_for(messages, call_id)
+        .iter()
+        .rev()
+        .find_map(|u| u["status"].as_str())
+        .unwrap_or_else(|| panic!("no status for {call_id}"))
+        .to_owned()
+}
+
+async fn set_mode(h: &mut Harness, session: &str, mode: &str) {
+    let id = h.agent.request("session/set_mode", json!({"sessionId": session, "modeId": mode})).await;
+    let (_, response) = h.agent.response(id).await;
+    assert!(response.get("result").is_some(), "{response}");
+}
+
+fn write(project: &Path, path: &str, text: &str) {
+    let path = project.join(path);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+/// Items 31, 32, 44, 50: announced, described, in progress, completed; reads inside the roots do not ask.
+#[tokio::test]
+async fn a_read_is_shown_the_acp_way_and_runs_without_asking() {
+    let mut h = Harness::start().await;
+    write(&h.project, "src/main.rs", "fn main() {\n    println!(\"hi\");\n}\n");
+    let session = h.session().await;
+    h.mock.push(tool_call_reply(&[("call_r", "read_file", json!({"path": "src/main.rs"}))]));
+    h.mock.push(text_reply("It prints hi."));
+    let mut editor = FakeEditor::default();
+    let (before, response) = run(&mut h, &session, &mut editor).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    assert!(editor.requests.is_empty(), "no permission was asked: {:?}", editor.methods());
+
+    let started = updates_of_kind(&before, "tool_call");
+    assert_eq!(started.len(), 1);
+    assert_eq!(started[0]["toolCallId"], "call_r");
+    assert_eq!(started[0]["kind"], "read");
+    // `pending` is the default status, which the schema leaves off the wire.
+    assert!(started[0]["status"].is_null() || started[0]["status"] == "pending", "{}", started[0]);
+    let updates = updates_for(&before, "call_r");
+    let described =
+        updates.iter().find(|u| u["title"].is_string() && u["sessionUpdate"] == "tool_call_update").unwrap();
+    assert_eq!(described["title"], "Read src/main.rs");
+    let path = h.project.join("src/main.rs");
+    assert_eq!(described["locations"][0]["path"], path.to_str().unwrap());
+    assert_eq!(described["rawInput"], json!({"path": "src/main.rs"}));
+    let statuses: Vec<&str> = updates.iter().filter_map(|u| u["status"].as_str()).collect();
+    assert_eq!(statuses, ["in_progress", "completed"]);
+
+    let result = tool_result(&h.mock.requests()[1].body, "call_r");
+    assert!(result.contains("println!(\"hi\")"), "{result}");
+    assert!(result.contains("     1\t"), "line-numbered: {result}");
+}
+
+/// Two calls in one response, arguments split over chunks: both run, both results go back in order.
+#[tokio::test]
+async fn parallel_calls_all_run_and_answer_in_order() {
+    let mut h = Harness::start().await;
+    write(&h.project, "a.txt", "alpha\n");
+    write(&h.project, "b.txt", "beta\n");
+    let session = h.session().await;
+    h.mock.push(tool_call_reply(&[
+        ("call_a", "read_file", json!({"path": "a.txt"})),
+        ("call_b", "read_file", json!({"path": "b.txt"})),
+    ]));
+    h.mock.push(text_reply("done"));
+    let (before, _) = run(&mut h, &session, &mut FakeEditor::default()).await;
+    assert_eq!(final_status(&before, "call_a"), "completed");
+    assert_eq!(final_status(&before, "call_b"), "completed");
+    let body = &h.mock.requests()[1].body;
+    let roles: Vec<&str> = body["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "tool", "tool"]);
+    assert_eq!(body["messages"][2]["tool_calls"][0]["id"], "call_a");
+    assert_eq!(body["messages"][2]["tool_calls"][1]["function"]["arguments"], r#"{"path":"b.txt"}"#);
+    assert!(tool_result(body, "call_a").contains("alpha"));
+    assert!(tool_result(body, "call_b").contains("beta"));
+}
+
+/// An edit asks first (with the diff), and allowing it applies it (items 45, 50).
+#[tokio::test]
+async fn an_edit_asks_with_the_diff_and_allow_applies_it() {
+    let mut h = Harness::start().await;
+    write(&h.project, "lib.rs", "fn old() {}\n");
+    let session = h.session().await;
+    let args = json!({"path": "lib.rs", "old_string": "old", "new_string": "new"});
+    h.mock.push(tool_call_reply(&[("call_e", "edit_file", args)]));
+    h.mock.push(text_reply("renamed"));
+    let mut editor = FakeEditor::answering(&[Permission::Select("allow_once")]);
+    let (before, response) = run(&mut h, &session, &mut editor).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn");
+    assert_eq!(std::fs::read_to_string(h.project.join("lib.rs")).unwrap(), "fn new() {}\n");
+
+    let asked = editor.requests_for("session/request_permission");
+    assert_eq!(asked.len(), 1);
+    let params = &asked[0]["params"];
+    assert_eq!(params["sessionId"], session.as_str());
+    assert_eq!(params["toolCall"]["toolCallId"], "call_e");
+    let kinds: Vec<&str> = params["options"].as_array().unwrap().iter().map(|o| o["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["allow_once", "allow_always", "reject_once", "reject_always"]);
+    let diff = &params["toolCall"]["content"][0];
+    assert_eq!(diff["type"], "diff");
+    assert_eq!(diff["path"], h.project.join("lib.rs").to_str().unwrap());
+    assert_eq!(diff["newText"], "fn new() {}\n");
+
+    let last = updates_for(&before, "call_e").into_iter().last().unwrap().clone();
+    assert_eq!(last["status"], "completed");
+    assert_eq!(last["content"][0]["type"], "diff");
+    assert_eq!(last["content"][0]["oldText"], "fn old() {}\n");
+}
+
+/// "Allow always" is remembered: the second write is not asked about.
+#[tokio::test]
+async fn allow_always_is_remembered_for_the_session() {
+    let mut h = Harness::start().await;
+    let session = h.session().await;
+    h.mock.push(tool_call_reply(&[("call_1", "write_file", json!({"path": "one.txt", "content": "1"}))]));
+    h.mock.push(tool_call_reply(&[("call_2", "write_file", json!({"path": "two.txt", "content": "2"}))]));
+    h.mock.push(text_reply("both written"));
+    let mut editor = FakeEditor::answering(&[Permission::Select("allow_always")]);
+    let (before, response) = run(&mut h, &session, &mut editor).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn");
+    assert_eq!(editor.requests_for("session/request_permission").len(), 1, "asked once");
+    assert_eq!(std::fs::read_to_string(h.project.join("two.txt")).unwrap(), "2");
+    let second = updates_for(&before, "call_2").into_iter().last().unwrap().clone();
+    assert_eq!(second["content"][0]["type"], "diff");
+    assert_eq!(second["content"][0]["oldText"], Value::Null, "a new file has no old text");
+}
+
+/// A rejection leaves the file alone, tells the model, and the turn goes on.
+#[tokio::test]
+async fn a_rejection_leaves_the_file_untouched_and_tells_the_model() {
+    let mut h = Harness::start().await;
+    write(&h.project, "keep.txt", "original\n");
+    let session = h.session().await;
+    h.mock.push(tool_call_reply(&[("call_w", "write_file", json!({"path": "keep.txt", "content": "clobbered"}))]));
+    h.mock.push(text_reply("ok, I won't"));
+    let mut editor = FakeEditor::answering(&[Permission::Select("reject_once")]);
+    let (before, response) = run(&mut h, &session, &mut editor).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn");
+    assert_eq!(std::fs::read_to_string(h.project.join("keep.txt")).unwrap(), "original\n");
+    assert_eq!(final_status(&before, "call_w"), "failed");
+    assert!(tool_result(&h.mock.requests()[1].body, "call_w").contains("declined"));
+}
+
+/// The editor answering `cancelled` ends the turn as cancelled (item 42).
+#[tokio::test]
+async fn a_cancelled_permission_ends_the_turn() {
+    let mut h = Harness::start().await;
+    let session = h.session().await;
+    h.mock.push(tool_call_reply(&[("call_x", "shell", json!({"command": "echo hi"}))]));
+    let mut editor = FakeEditor::answering(&[Permission::Cancelled]);
+    let (before, response) = run(&mut h, &session, &mut editor).await;
+    assert_eq!(response["result"]["stopReason"], "cancelled");
+    assert_eq!(final_status(&before, "call_x"), "failed");
+    assert_eq!(h.mock.requests().len(), 1, "no further model request");
+}
+
+/// session/cancel while a permission request is pending: the request is
+/// withdrawn with $/cancel_request, the call fails, the turn answers cancelled fast.
+#[tokio::test]
+async fn cancel_while_asking_withdraws_the_question() {
+    let mut h = Harness::start().await;
+    let session = h.session().await;
+    h.mock.push(tool_call_reply(&[("call_p", "write_file", json!({"path": "f.txt", "content": "x"}))]));
+    h.mock.push(text_reply("unused"));
+    let id = prompt(&mut h.agent, &session, "write it").await;
+    let mut seen = Vec::new();
+    let asked = loop {
+        let message = h.agent.next_message(Duration::from_secs(5)).await.expect("a permission request");
+        if message["method"] == "session/request_permission" {
+            break message;
+        }
+        seen.push(message);
+    };
+    let cancelled_at = Instant::now();
+    h.agent.notify("session/cancel", json!({"sessionId": session})).await;
+    let (after, response) = h.agent.response(id).await;
+    assert!(cancelled_at.elapsed() < FAST, "took {:?}", cancelled_at.elapsed());
+    assert_eq!(response["result"]["stopReason"], "cancelled");
+    let withdrawn = after.iter().find(|m| m["method"] == "$/cancel_request").expect("$/cancel_request sent");
+    assert_eq!(withdrawn["params"]["requestId"], asked["id"]);
+    assert!(withdrawn.get("id").is_none(), "a notification");
+    assert_eq!(final_status(&after, "call_p"), "failed");
+    assert!(!h.project.join("f.txt").exists());
+}
+
+/// Read-only mode refuses writes without asking; the model is told.
+#[tokio::test]
+async fn read_only_mode_refuses_changes() {
+    let mut h = Harness::start().await;
+    let session = h.session().await;
+    set_mode(&mut h, &session, "read-only").await;
+    h.mock.push(tool_call_reply(&[
+        ("call_w", "write_file", json!({"path": "new.txt", "content": "x"})),
+        ("call_s", "shell", json!({"command": "touch made.txt"})),
+    ]));
+    h.mock.push(text_reply("I can't in read-only mode"));
+    let mut editor = FakeEditor::default();
+    let (_, response) = run(&mut h, &session, &mut editor).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn");
+    assert!(editor.requests.is_empty(), "nothing asked: {:?}", editor.methods());
+    assert!(!h.project.join("new.txt").exists() && !h.project.join("made.txt").exists());
+    assert!(tool_result(&h.mock.requests()[1].body, "call_w").contains("read-only"));
+}
+
+/// Accept-edits writes inside the project without asking, but commands still ask.
+#[tokio::test]
+async fn accept_edits_mode_asks_only_for_commands() {
+    let mut h = Harness::start().await;
+    let session = h.session().await;
+    set_mode(&mut h, &session, "accept-edits").await;
+    h.mock.push(tool_call_reply(&[
+        ("call_w", "write_file", json!({"path": "new.txt", "content": "x"})),
+        ("call_s", "shell", json!({"command": "echo ran"})),
+    ]));
+    h.mock.push(text_reply("done"));
+    let mut editor = FakeEditor::answering(&[Permission::Select("allow_once")]);
+    let (_, response) = run(&mut h, &session, &mut editor).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn");
+    let asked = editor.requests_for("session/request_permission");
+    assert_eq!(asked.len(), 1);
+    assert_eq!(asked[0]["params"]["toolCall"]["toolCallId"], "call_s");
+    assert!(h.project.join("new.txt").exists());
+    assert!(tool_result(&h.mock.requests()[1].body, "call_s").contains("ran"));
+}
+
+/// Reads outside the session roots ask (item 20); `..` counts as outside.
+#[tokio::test]
+async fn reads_outside_the_roots_ask() {
+    let mut h = Harness::start().await;
+    write(h.home.path(), "secret.txt", "top secret\n");
+    let session = h.session().await;
+    h.mock.push(tool_call_reply(&[("call_o", "read_file", json!({"path": "../secret.txt"}))]));
+    h.mock.push(text_reply("not read"));
+    let mut editor = FakeEditor::answering(&[Permission::Select("reject_once")]);
+    run(&mut h, &session, &mut editor).await;
+    assert_eq!(editor.requests_for("session/request_permission").len(), 1);
+    assert!(!tool_result(&h.mock.requests()[1].body, "call_o").contains("top secret"));
+}
+
+/// Items 46, 48, 12: client methods are used exactly when advertised, in all
+/// four combinations of fs and terminal.
+#[tokio::test]
+async fn client_capabilities_decide_who_reads_writes_and_runs() {
+    for (fs, terminal) in [(false, false), (true, false), (false, true), (true, true)] {
+        let mut h = Harness::start().await;
+        write(&h.project, "notes.txt", "on disk\n");
+        let caps = json!({"fs": {"readTextFile": fs, "writeTextFile": fs}, "terminal": terminal});
+        let session = h.session_with(caps).await;
+        set_mode(&mut h, &session, "full-auto").await;
+        h.mock.push(tool_call_reply(&[
+            ("call_r", "read_file", json!({"path": "notes.txt"})),
+            ("call_w", "write_file", json!({"path": "out.txt", "content": "written"})),
+            ("call_s", "shell", json!({"command": "echo from-shell"})),
+        ]));
+        h.mock.push(text_reply("done"));
+        let mut editor = FakeEditor::default();
+        editor.buffers.insert(h.project.join("notes.txt"), "unsaved buffer\n".to_owned());
+        let (before, response) = run(&mut h, &session, &mut editor).await;
+        assert_eq!(response["result"]["stopReason"], "end_turn", "fs={fs} terminal={terminal}: {response}");
+        let methods = editor.methods();
+        let body = &h.mock.requests()[1].body;
+        let read = tool_result(body, "call_r");
+        if fs {
+            assert!(methods.contains(&"fs/read_text_file".to_owned()), "{methods:?}");
+            assert!(methods.contains(&"fs/write_text_file".to_owned()), "{methods:?}");
+            assert!(read.contains("unsaved buffer"), "reads see the editor's buffer: {read}");
+        } else {
+            assert!(!methods.iter().any(|m| m.starts_with("fs/")), "fs={fs}: {methods:?}");
+            assert!(read.contains("on disk"), "{read}");
+        }
+        assert_eq!(std::fs::read_to_string(h.project.join("out.txt")).unwrap(), "written");
+        assert!(tool_result(body, "call_s").contains("from-shell"), "fs={fs} terminal={terminal}");
+        if terminal {
+            let terminal_methods: Vec<&String> = methods.iter().filter(|m| m.starts_with("terminal/")).collect();
+            assert_eq!(
+                terminal_methods,
+                ["terminal/create", "terminal/wait_for_exit", "terminal/output", "terminal/release"]
+            );
+            assert!(editor.all_terminals_released());
+            let shown = updates_for(&before, "call_s");
+            assert!(shown.iter().any(|u| u["content"][0]["type"] == "terminal"), "the terminal is embedded");
+        } else {
+            assert!(!methods.iter().any(|m| m.starts_with("terminal/")), "terminal={terminal}: {methods:?}");
+        }
+    }
+}
+
+fn live_processes_with_cmdline(needle: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // Zombies are dead; this sandbox's init does not always reap orphans.
+        let zombie = stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z'));
+        if cmdline.starts_with(needle) && !zombie {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Cancelling a running local `sleep 60` kills its whole process group.
+#[tokio::test]
+async fn cancel_kills_a_running_local_command_and_its_children() {
+    let mut h = Harness::start().await;
+    let session = h.session().await;
+    set_mode(&mut h, &session, "full-auto").await;
+    let marker = format!("60.{}", std::process::id());
+    let command = format!("sleep {marker} & sleep {marker}; echo never");
+    h.mock.push(tool_call_reply(&[("call_s", "shell", json!({"command": command}))]));
+    let id = prompt(&mut h.agent, &session, "wait a minute").await;
+    loop {
+        let message = h.agent.next_message(Duration::from_secs(5)).await.expect("the command starts");
+        if message["params"]["update"]["status"] == "in_progress" {
+            break;
+        }
+    }
+    let started = Instant::now();
+    while live_processes_with_cmdline(&format!("sleep {marker}")).len() < 2 && started.elapsed() < FAST {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(live_processes_with_cmdline(&format!("sleep {marker}")).len(), 2, "both sleeps run");
+    let cancelled_at = Instant::now();
+    h.agent.notify("session/cancel", json!({"sessionId": session})).await;
+    let (after, response) = h.agent.response(id).await;
+    assert!(cancelled_at.elapsed() < FAST, "took {:?}", cancelled_at.elapsed());
+    assert_eq!(response["result"]["stopReason"], "cancelled");
+    assert_eq!(final_status(&after, "call_s"), "failed");
+    assert!(live_processes_with_cmdline(&format!("sleep {marker}")).is_empty(), "no process survives");
+}
+
+/// Cancelling a command running in an editor terminal releases the terminal before answering.
+#[tokio::test]
+async fn cancel_releases_a_client_terminal() {
+    let mut h = Harness::start().await;
+    let session = h.session_with(json!({"terminal": true})).await;
+    set_mode(&mut h, &session, "full-auto").await;
+    h.mock.push(tool_call_reply(&[("call_t", "shell", json!({"command": "sleep 60"}))]));
+    let id = prompt(&mut h.agent, &session, "wait").await;
+    let mut editor = FakeEditor::default();
+    loop {
+        let message = h.agent.next_message(Duration::from_secs(5)).await.expect("terminal requests");
+        if message.get("id").is_some() && message.get("method").is_some() {
+            if let crate::support::acp_client::Answer::Result(result) = editor.answer(&message) {
+                h.agent.reply(&message["id"], result).await;
+            }
+            if message["method"] == "terminal/wait_for_exit" {
+                break;
+            }
+        }
+    }
+    h.agent.notify("session/cancel", json!({"sessionId": session})).await;
+    let (after, response) = h.agent.response_answering(id, |r| editor.answer(r)).await;
+    assert_eq!(response["result"]["stopReason"], "cancelled");
+    let release = after.iter().position(|m| m["method"] == "terminal/release").expect("terminal/release sent");
+    assert!(
+        after[release..]
+            .iter()
+            .all(|m| m["method"] != "session/update" || m["params"]["update"]["toolCallId"] == "call_t")
+    );
+    assert_eq!(final_status(&after, "call_t"), "failed");
+}
+
+/// Bad arguments and unknown tools are results the model can read, not a failed turn.
+#[tokio::test]
+async fn bad_calls_are_explained_to_the_model() {
+    let mut h = Harness::start().await;
+    let session = h.session().await;
+    h.mock.push(crate::support::mock_openai::Reply::Sse(vec![
+        crate::support::mock_openai::ev_role(),
+        crate::support::mock_openai::ev_tool_call_start(0, "call_bad", "read_file"),
+        crate::support::mock_openai::ev_tool_call_args(0, "{\"path\": "),
+        crate::support::mock_openai::ev_tool_call_start(1, "call_unknown", "teleport"),
+        crate::support::mock_openai::ev_tool_call_args(1, "{}"),
+        crate::support::mock_openai::ev_finish("tool_calls"),
+        crate::support::mock_openai::Step::Done,
+    ]));
+    h.mock.push(text_reply("let me fix that"));
+    let (before, response) = run(&mut h, &session, &mut FakeEditor::default()).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn");
+    assert_eq!(final_status(&before, "call_bad"), "failed");
+    assert_eq!(final_status(&before, "call_unknown"), "failed");
+    let body = &h.mock.requests()[1].body;
+    assert!(tool_result(body, "call_bad").contains("not valid JSON"));
+    assert!(tool_result(body, "call_unknown").contains("no tool named"));
+}
+
+/// The plan tool sends the complete plan as a `plan` update (item 33).
+#[tokio::test]
+async fn plans_are_sent_complete() {
+    let mut h = Harness::start().await;
+    let session = h.session().await;
+    let plan = json!({"plan": [
+        {"content": "Read the code", "status": "completed"},
+        {"content": "Fix the bug", "status": "in_progress", "priority": "high"},
+        {"content": "Run the tests", "status": "pending"}
+    ]});
+    h.mock.push(tool_call_reply(&[("call_plan", "update_plan", plan)]));
+    h.mock.push(text_reply("working on it"));
+    let (before, _) = run(&mut h, &session, &mut FakeEditor::default()).await;
+    let plans = updates_of_kind(&before, "plan");
+    assert_eq!(plans.len(), 1);
+    let entries = plans[0]["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 3);
+    assert_eq!(entries[1], json!({"content": "Fix the bug", "priority": "high", "status": "in_progress"}));
+    assert_eq!(entries[2]["priority"], "medium");
+}
+
+/// Modes and the mode config option describe the same state and stay in sync (items 51, 53, 56).
+#[tokio::test]
+async fn modes_and_the_mode_option_stay_in_sync() {
+    let mut h = Harness::start().await;
+    let id = h.agent.request("initialize", json!({"protocolVersion": 1})).await;
+    h.agent.response(id).await;
+    let id = h.agent.request("session/new", json!({"cwd": h.project, "mcpServers": []})).await;
+    let (_, response) = h.agent.response(id).await;
+    let result = &response["result"];
+    let session = result["sessionId"].as_str().unwrap().to_owned();
+    assert_eq!(result["modes"]["currentModeId"], "ask");
+    let ids: Vec<&str> =
+        result["modes"]["availableModes"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["read-only", "ask", "accept-edits", "full-auto"]);
+    let option = &result["configOptions"][0];
+    assert_eq!(option["id"], "mode");
+    assert_eq!(option["category"], "mode");
+    assert_eq!(option["currentValue"], "ask");
+
+    let id = h.agent.request("session/set_mode", json!({"sessionId": session, "modeId": "accept-edits"})).await;
+    let (before, response) = h.agent.response(id).await;
+    assert_eq!(response["result"], json!({}));
+    let synced = updates_of_kind(&before, "config_option_update");
+    assert_eq!(synced[0]["configOptions"][0]["currentValue"], "accept-edits");
+
+    let id = h
+        .agent
+        .request("session/set_config_option", json!({"sessionId": session, "configId": "mode", "value": "full-auto"}))
+        .await;
+    let (before, response) = h.agent.response(id).await;
+    assert_eq!(response["result"]["configOptions"][0]["currentValue"], "full-auto");
+    assert_eq!(updates_of_kind(&before, "current_mode_update")[0]["currentModeId"], "full-auto");
+
+    let id = h.agent.request("session/set_mode", json!({"sessionId": session, "modeId": "yolo"})).await;
+    let (_, response) = h.agent.response(id).await;
+    assert_eq!(response["error"]["code"], -32602);
+    let id = h
+        .agent
+        .request("session/set_config_option", json!({"sessionId": session, "configId": "nope", "value": "x"}))
+        .await;
+    let (_, response) = h.agent.response(id).await;
+    assert_eq!(response["error"]["code"], -32602);
+}
