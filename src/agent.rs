@@ -8,11 +8,11 @@
 //! `acp` module implements the seams and maps [`AgentEvent`]s to
 //! `session/update`s and [`StopReason`] to the wire.
 //!
-//! Cancellation: every await that can wait (opening the stream, each chunk,
-//! each permission answer, each tool run) is raced against the turn's token
-//! in a `biased` `select!`, so a stalled upstream or a silent editor is
-//! interrupted, not waited out. A cancelled turn leaves the conversation valid
-//! for the next request: a partial answer is kept and marked as interrupted,
+//! Cancellation: every await that can wait (opening the stream, each retry
+//! back-off, each chunk, each permission answer, each tool run) is raced
+//! against the turn's token in a `biased` `select!`, so a stalled upstream or
+//! a silent editor is interrupted, not waited out. A cancelled turn leaves the
+//! conversation valid for the next request: a partial answer is kept and marked as interrupted,
 //! and every tool call the model made gets a result ("cancelled" for the ones
 //! that did not finish). Every tool call the user saw gets a final status
 //! before the turn returns.
@@ -24,13 +24,14 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::config::AgentSettings;
+use crate::config::{AgentSettings, ContextSettings};
+use crate::model::retry::{self, Decision, Exhausted, Retrier};
 use crate::model::{
-    FinishReason, Message, ModelClient, ModelError, ModelEvent, ModelOutput, StreamDecoder, ToolCallRequest,
-    ToolDefinition, UserPart,
+    FinishReason, Message, ModelClient, ModelError, ModelEvent, ModelOutput, ResponseStream, StreamDecoder,
+    ToolCallRequest, ToolDefinition, UserPart,
 };
 use crate::permission::{Answer, Approver, PermissionQuestion, Policy, Verdict};
-use crate::session::Conversation;
+use crate::session::{Conversation, UsageMark};
 use crate::tools::{
     self, CANCELLED_RESULT, DisplayContent, Host, Location, OutcomeStatus, PlanItem, Progress, Tool, ToolContext,
     ToolKind, ToolLimits, ToolOutcome,
@@ -77,6 +78,8 @@ pub enum AgentEvent {
         used: u64,
         /// The window.
         size: u64,
+        /// Whether `used` is lathe's estimate (the server reported no usage).
+        estimated: bool,
     },
 }
 
@@ -139,6 +142,15 @@ pub enum TurnError {
     /// The model request failed.
     #[error(transparent)]
     Model(#[from] ModelError),
+    /// The model request failed after retries, or lathe declined to wait as
+    /// long as the endpoint asked; the error is the last attempt's.
+    #[error("{error} ({retries})")]
+    Retried {
+        /// The last attempt's failure.
+        error: ModelError,
+        /// How many attempts were made and why there was no other.
+        retries: Exhausted,
+    },
 }
 
 /// Where tools work and who decides whether they may.
@@ -155,6 +167,8 @@ pub struct Workspace<'a> {
     pub policy: &'a Mutex<Policy>,
     /// Tool output and time limits.
     pub limits: &'a ToolLimits,
+    /// The file versions the model has seen this session.
+    pub seen: &'a tools::versions::FileVersions,
 }
 
 /// What one turn needs, borrowed from the session and the server.
@@ -171,12 +185,14 @@ pub struct Turn<'a> {
     pub workspace: Workspace<'a>,
     /// The tools offered to the model.
     pub tools: &'a [ToolDefinition],
+    /// How the conversation is kept within the model's window.
+    pub context: &'a ContextSettings,
 }
 
 enum Sample {
     Done(ModelOutput),
     Cancelled(Option<StreamDecoder>),
-    Failed(ModelError, Option<StreamDecoder>),
+    Failed(TurnError, Option<StreamDecoder>),
 }
 
 /// Time a tool gets to wind down (kill its processes, withdraw its requests)
@@ -191,14 +207,21 @@ impl Turn<'_> {
     /// sampled again) or is the final answer (the turn ends). On cancel the
     /// result is `Ok(StopReason::Cancelled)`, never an error.
     pub async fn run(&self, conversation: &mut Conversation, user: Vec<UserPart>) -> Result<StopReason, TurnError> {
-        let turn_start = conversation.messages.len();
-        conversation.messages.push(Message::User { parts: user });
+        let mut turn_start = conversation.messages().len();
+        conversation.push(Message::User { parts: user });
         let mut requests = 0u32;
         loop {
             if requests >= self.settings.max_model_requests_per_turn {
                 return Ok(StopReason::MaxTurnRequests);
             }
             requests += 1;
+            if self.needs_compaction(conversation) {
+                match self.compact(conversation, Some(turn_start)).await {
+                    Compaction::Done { turn_start: moved } => turn_start = moved,
+                    Compaction::NothingToDo | Compaction::Failed(_) => {}
+                    Compaction::Cancelled => return Ok(StopReason::Cancelled),
+                }
+            }
             let output = match self.sample(conversation).await {
                 Sample::Done(output) => output,
                 Sample::Cancelled(partial) => {
@@ -207,38 +230,39 @@ impl Turn<'_> {
                 }
                 Sample::Failed(error, partial) => {
                     keep_interrupted(conversation, partial);
-                    return Err(error.into());
+                    return Err(error);
                 }
             };
-            if let Some(usage) = output.usage {
-                self.events.emit(AgentEvent::Usage {
-                    used: usage.input_tokens + usage.output_tokens,
-                    size: self.client.model().context_window,
-                });
-            }
+            let size = self.client.model().context_window;
+            let used = match output.usage {
+                Some(usage) => usage.input_tokens + usage.output_tokens,
+                None => estimate_tokens(conversation, self.tools) + estimate_text_tokens(&output.text),
+            };
+            self.events.emit(AgentEvent::Usage { used, size, estimated: output.usage.is_none() });
             let refused = output.refused || output.finish_reason == FinishReason::ContentFilter;
             let finish_reason = output.finish_reason.clone();
             let tool_calls = output.tool_calls.clone();
-            conversation.messages.push(Message::Assistant {
+            conversation.push(Message::Assistant {
                 text: output.text,
                 reasoning: output.reasoning,
                 tool_calls: output.tool_calls,
                 interrupted: false,
             });
+            conversation.usage_mark = Some(UsageMark { tokens: used, messages: conversation.messages().len() });
             if refused {
                 // ACP: after a refusal the prompt and everything after it are
                 // left out of the next request.
                 for call in &tool_calls {
                     self.finish_call(&call.id, ToolOutcome::failed("Not run: the model refused."));
                 }
-                conversation.messages.truncate(turn_start);
+                conversation.truncate(turn_start);
                 return Ok(StopReason::Refusal);
             }
             if finish_reason == FinishReason::Length {
                 for call in &tool_calls {
                     let outcome = ToolOutcome::failed("Not run: the response hit the output-token limit.");
                     self.finish_call(&call.id, outcome.clone());
-                    conversation.messages.push(tool_result(call, outcome.for_model));
+                    conversation.push(self.tool_result(call, outcome.for_model));
                 }
                 return Ok(StopReason::MaxTokens);
             }
@@ -261,11 +285,11 @@ impl Turn<'_> {
             } else {
                 self.run_tool(call).await
             };
-            conversation.messages.push(tool_result(call, result));
+            conversation.push(self.tool_result(call, result));
             if flow == Flow::Cancelled {
                 for rest in &calls[index + 1..] {
                     self.finish_call(&rest.id, ToolOutcome::cancelled());
-                    conversation.messages.push(tool_result(rest, CANCELLED_RESULT.to_owned()));
+                    conversation.push(self.tool_result(rest, CANCELLED_RESULT.to_owned()));
                 }
                 return Flow::Cancelled;
             }
@@ -367,6 +391,7 @@ impl Turn<'_> {
             cancel: self.cancel,
             limits: workspace.limits,
             progress: &progress,
+            seen: workspace.seen,
         };
         let running = tools::run(prepared, &context);
         tokio::pin!(running);
@@ -410,19 +435,55 @@ impl Turn<'_> {
         );
     }
 
+    /// Opens the response stream, retrying the failures a retry can fix (see
+    /// [`retry`]). Each wait is shown to the user as a thought line and raced
+    /// against the turn's token. Only opening is retried: once the answer has
+    /// started, a failure is reported with the partial answer kept, since
+    /// asking again would repeat what the user already saw.
+    async fn open_stream(&self, conversation: &Conversation) -> Result<ResponseStream, Sample> {
+        let mut retrier = Retrier::new(self.client.retry_policy().clone(), retry::random_seed());
+        loop {
+            let opened = tokio::select! {
+                biased;
+                () = self.cancel.cancelled() => return Err(Sample::Cancelled(None)),
+                opened = self.client.stream(&conversation.system_prompt, conversation.messages(), self.tools) => opened,
+            };
+            let error = match opened {
+                Ok(stream) => return Ok(stream),
+                Err(error) => error,
+            };
+            let delay = match retrier.after_failure(&error) {
+                Decision::Wait(delay) => delay,
+                Decision::GiveUp(reason) => {
+                    let retries = Exhausted { attempts: retrier.attempts(), reason };
+                    let error =
+                        if retries.is_noteworthy() { TurnError::Retried { error, retries } } else { error.into() };
+                    return Err(Sample::Failed(error, None));
+                }
+            };
+            let next_attempt = retrier.attempts() + 1;
+            let max_attempts = retrier.policy().max_attempts();
+            tracing::warn!(%error, ?delay, next_attempt, max_attempts, "model request failed; retrying");
+            self.events.emit(AgentEvent::AgentThought {
+                message_id: Arc::from(format!("retry_{}", uuid::Uuid::new_v4().simple())),
+                text: retry::waiting_message(&error, delay, next_attempt, max_attempts),
+            });
+            tokio::select! {
+                biased;
+                () = self.cancel.cancelled() => return Err(Sample::Cancelled(None)),
+                () = tokio::time::sleep(delay) => {}
+            }
+        }
+    }
+
     /// One model request, streamed to the user as it arrives.
     async fn sample(&self, conversation: &mut Conversation) -> Sample {
         let request_id = uuid::Uuid::new_v4().simple().to_string();
         let message_id: Arc<str> = Arc::from(format!("msg_{request_id}"));
         let thought_id: Arc<str> = Arc::from(format!("thought_{request_id}"));
-        let opened = tokio::select! {
-            biased;
-            () = self.cancel.cancelled() => return Sample::Cancelled(None),
-            opened = self.client.stream(&conversation.system_prompt, &conversation.messages, self.tools) => opened,
-        };
-        let mut stream = match opened {
+        let mut stream = match self.open_stream(conversation).await {
             Ok(stream) => stream,
-            Err(error) => return Sample::Failed(error, None),
+            Err(ended) => return ended,
         };
         let mut decoder = StreamDecoder::new(format!("call_{}_", &request_id[..12]));
         // Calls shown to the user while streaming, by the decoder's id -> the session-unique id.
@@ -452,10 +513,10 @@ impl Turn<'_> {
                 None => break Sample::Done(decoder.finish()),
                 Some(Ok(chunk)) => {
                     if let Err(reported) = decoder.push(chunk, &mut forward) {
-                        break Sample::Failed(ModelError::Provider(reported.0), Some(decoder));
+                        break Sample::Failed(ModelError::Provider(reported.0).into(), Some(decoder));
                     }
                 }
-                Some(Err(error)) => break Sample::Failed(error, Some(decoder)),
+                Some(Err(error)) => break Sample::Failed(error.into(), Some(decoder)),
             }
         };
         match ended {
@@ -519,8 +580,255 @@ fn unique_id(used: &mut std::collections::HashSet<String>, id: &str) -> String {
         .unwrap_or_else(|| format!("{id}_{}", uuid::Uuid::new_v4().simple()))
 }
 
-fn tool_result(call: &ToolCallRequest, content: String) -> Message {
-    Message::Tool { tool_call_id: call.id.clone(), content }
+/// How a compaction went.
+#[derive(Debug)]
+pub enum Compaction {
+    /// Too little history to summarise.
+    NothingToDo,
+    /// The older history was replaced by a summary; the current turn's user
+    /// message now sits at `turn_start`.
+    Done {
+        /// Where the current turn now starts.
+        turn_start: usize,
+    },
+    /// The user cancelled while it ran; the conversation is unchanged.
+    Cancelled,
+    /// The summary request failed; the conversation is unchanged.
+    Failed(ModelError),
+}
+
+const COMPACT_PROMPT: &str = include_str!("../prompts/compact.md");
+
+/// The tail kept verbatim by a compaction, at most this share of the window.
+const KEPT_TAIL_SHARE: u64 = 4;
+
+impl Turn<'_> {
+    fn tool_result(&self, call: &ToolCallRequest, content: String) -> Message {
+        Message::Tool {
+            tool_call_id: call.id.clone(),
+            content: trim_middle(content, self.context.max_tool_output_bytes),
+        }
+    }
+
+    /// Whether the next request would cross the compaction threshold.
+    fn needs_compaction(&self, conversation: &Conversation) -> bool {
+        let window = self.client.model().context_window;
+        let limit = (window as f64 * self.context.compact_threshold) as u64;
+        estimate_tokens(conversation, self.tools) > limit
+    }
+
+    /// Replaces the older history by a summary the model writes, keeping the
+    /// most recent messages verbatim (at most a quarter of the window, never
+    /// splitting a tool call from its result). `turn_start` is where the
+    /// current turn's user message is, if a turn is running; it is always
+    /// kept. `None` (from `/compact`) summarises everything.
+    pub async fn compact(&self, conversation: &mut Conversation, turn_start: Option<usize>) -> Compaction {
+        let messages = conversation.messages();
+        let split = match turn_start {
+            Some(turn_start) => {
+                let budget = self.client.model().context_window / KEPT_TAIL_SHARE;
+                split_point(messages, turn_start, budget)
+            }
+            None => messages.len(),
+        };
+        if split == 0 {
+            return Compaction::NothingToDo;
+        }
+        self.events.emit(AgentEvent::AgentThought {
+            message_id: Arc::from(format!("compact_{}", uuid::Uuid::new_v4().simple())),
+            text: "Summarising the earlier conversation to stay within the model's context window…\n".to_owned(),
+        });
+        let mut request: Vec<Message> = messages[..split].to_vec();
+        if matches!(request.last(), Some(Message::User { .. })) {
+            // Keep user and assistant alternating for strict chat templates.
+            request.push(Message::Assistant {
+                text: String::new(),
+                reasoning: String::new(),
+                tool_calls: Vec::new(),
+                interrupted: false,
+            });
+        }
+        request.push(Message::User { parts: vec![UserPart::Text { text: COMPACT_PROMPT.trim().to_owned() }] });
+        let summary = match self.complete_text(&conversation.system_prompt, &request).await {
+            Ok(Some(summary)) if !summary.trim().is_empty() => summary,
+            Ok(Some(_)) => return Compaction::Failed(ModelError::InvalidResponse("the summary was empty".to_owned())),
+            Ok(None) => return Compaction::Cancelled,
+            Err(error) => {
+                tracing::warn!(%error, "compaction failed; going on with the full history");
+                return Compaction::Failed(error);
+            }
+        };
+        let tail = conversation.messages()[split..].to_vec();
+        let mut compacted = vec![Message::User {
+            parts: vec![UserPart::Text {
+                text: format!(
+                    "[This conversation was compacted to fit the context window. Summary of everything before this point:]\n\n{}",
+                    summary.trim()
+                ),
+            }],
+        }];
+        if matches!(tail.first(), None | Some(Message::User { .. })) {
+            compacted.push(Message::Assistant {
+                text: "Understood. I will continue from this summary.".to_owned(),
+                reasoning: String::new(),
+                tool_calls: Vec::new(),
+                interrupted: false,
+            });
+        }
+        let prefix = compacted.len();
+        compacted.extend(tail);
+        conversation.reset(compacted);
+        let turn_start = turn_start.map_or(prefix, |start| start.saturating_sub(split) + prefix);
+        Compaction::Done { turn_start }
+    }
+
+    /// One model request whose text answer is collected, not shown. `None`
+    /// when cancelled.
+    async fn complete_text(&self, system_prompt: &str, messages: &[Message]) -> Result<Option<String>, ModelError> {
+        let opened = tokio::select! {
+            biased;
+            () = self.cancel.cancelled() => return Ok(None),
+            opened = self.client.stream(system_prompt, messages, self.tools) => opened,
+        };
+        let mut stream = opened?;
+        let mut decoder = StreamDecoder::new("summary_");
+        loop {
+            let item = tokio::select! {
+                biased;
+                () = self.cancel.cancelled() => return Ok(None),
+                item = stream.next() => item,
+            };
+            match item {
+                None => return Ok(Some(decoder.finish().text)),
+                Some(Ok(chunk)) => {
+                    decoder.push(chunk, &mut |_| {}).map_err(|reported| ModelError::Provider(reported.0))?;
+                }
+                Some(Err(error)) => return Err(error),
+            }
+        }
+    }
+}
+
+/// Where a compaction splits the history: everything before the returned
+/// index is summarised. The kept tail starts at a user or assistant message
+/// (never a tool result, which needs its call), includes `turn_start`, and is
+/// as long as fits in `budget` tokens.
+fn split_point(messages: &[Message], turn_start: usize, budget: u64) -> usize {
+    let mut split = turn_start.min(messages.len());
+    let mut kept: u64 = messages[split..].iter().map(estimate_message_tokens).sum();
+    while split > 0 {
+        let candidate = estimate_message_tokens(&messages[split - 1]);
+        if kept + candidate > budget {
+            break;
+        }
+        kept += candidate;
+        split -= 1;
+    }
+    while split > 0 && split < messages.len() && matches!(messages[split], Message::Tool { .. }) {
+        split -= 1;
+    }
+    split
+}
+
+/// The size of the next request in tokens: the last exact figure plus an
+/// estimate of what came since, or an estimate of everything (about four
+/// bytes per token).
+pub fn estimate_tokens(conversation: &Conversation, tools: &[ToolDefinition]) -> u64 {
+    let messages = conversation.messages();
+    match conversation.usage_mark {
+        Some(mark) if mark.messages <= messages.len() => {
+            mark.tokens + messages[mark.messages..].iter().map(estimate_message_tokens).sum::<u64>()
+        }
+        _ => {
+            let tools_bytes = serde_json::to_vec(tools).map_or(0, |bytes| bytes.len());
+            estimate_text_tokens(&conversation.system_prompt)
+                + (tools_bytes / 4) as u64
+                + messages.iter().map(estimate_message_tokens).sum::<u64>()
+        }
+    }
+}
+
+fn estimate_text_tokens(text: &str) -> u64 {
+    (text.len() / 4 + 1) as u64
+}
+
+fn estimate_message_tokens(message: &Message) -> u64 {
+    let bytes = match message {
+        Message::User { parts } => parts
+            .iter()
+            .map(|part| match part {
+                UserPart::Text { text } => text.len(),
+                // Providers count an image as roughly a thousand tokens.
+                UserPart::Image { .. } => 4000,
+            })
+            .sum(),
+        Message::Assistant { text, tool_calls, .. } => {
+            text.len() + tool_calls.iter().map(|c| c.name.len() + c.arguments.len() + c.id.len()).sum::<usize>()
+        }
+        Message::Tool { content, tool_call_id } => content.len() + tool_call_id.len(),
+    };
+    // Every message also costs a few tokens of framing.
+    (bytes / 4 + 4) as u64
+}
+
+/// Keeps the head and the tail of a long text, with a marker saying how much
+/// was cut, so one huge tool output cannot fill the window.
+pub fn trim_middle(text: String, max_bytes: usize) -> String {
+    if text.len() <= max_bytes {
+        return text;
+    }
+    let half = max_bytes / 2;
+    let mut head_end = half;
+    while !text.is_char_boundary(head_end) {
+        head_end -= 1;
+    }
+    let mut tail_start = text.len() - half;
+    while !text.is_char_boundary(tail_start) {
+        tail_start += 1;
+    }
+    format!(
+        "{}\n[... {} bytes omitted from the middle of this output ...]\n{}",
+        &text[..head_end],
+        tail_start - head_end,
+        &text[tail_start..]
+    )
+}
+
+/// Makes a transcript that ended abruptly (the process was killed mid-turn)
+/// valid to send again: every tool call gets a result, and when the model's
+/// last answer never made it into the transcript, what the user saw of it
+/// (`streamed_text`) is kept as an interrupted answer.
+pub fn repair_transcript(messages: &mut Vec<Message>, streamed_text: String) {
+    let mut answered: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    for message in messages.iter() {
+        if let Message::Tool { tool_call_id, .. } = message {
+            answered.insert(tool_call_id);
+        }
+    }
+    let unanswered: Vec<String> = messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Assistant { tool_calls, .. } => Some(tool_calls),
+            Message::User { .. } | Message::Tool { .. } => None,
+        })
+        .flatten()
+        .filter(|call| !answered.contains(call.id.as_str()))
+        .map(|call| call.id.clone())
+        .collect();
+    for id in unanswered {
+        messages.push(Message::Tool {
+            tool_call_id: id,
+            content: "The session ended before this tool call finished.".to_owned(),
+        });
+    }
+    if matches!(messages.last(), Some(Message::User { .. } | Message::Tool { .. })) {
+        messages.push(Message::Assistant {
+            text: streamed_text,
+            reasoning: String::new(),
+            tool_calls: Vec::new(),
+            interrupted: true,
+        });
+    }
 }
 
 /// Keeps what the user already saw of an answer that did not finish, marked
@@ -535,5 +843,5 @@ fn keep_interrupted(conversation: &mut Conversation, partial: Option<StreamDecod
         }
         None => (String::new(), String::new()),
     };
-    conversation.messages.push(Message::Assistant { text, reasoning, tool_calls: Vec::new(), interrupted: true });
+    conversation.push(Message::Assistant { text, reasoning, tool_calls: Vec::new(), interrupted: true });
 }

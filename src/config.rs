@@ -28,10 +28,18 @@ pub struct Config {
     pub models: BTreeMap<String, ModelConfig>,
     /// Turn-level limits.
     pub agent: AgentSettings,
-    /// Timeouts for talking to model endpoints.
+    /// Timeouts and retries for talking to model endpoints.
     pub network: NetworkSettings,
     /// Limits on what the editor may send.
     pub protocol: ProtocolSettings,
+    /// How the conversation is kept within the model's window.
+    pub context: ContextSettings,
+    /// lathe's own config directory (`$XDG_CONFIG_HOME/lathe`): user-level
+    /// `AGENTS.md` and slash commands live there. `None` when unknown.
+    pub user_dir: Option<PathBuf>,
+    /// Where sessions are stored; `None` keeps them in memory only. Set by
+    /// the binary from `--data-dir`, `LATHE_DATA_DIR` or `$XDG_DATA_HOME/lathe`.
+    pub data_dir: Option<PathBuf>,
 }
 
 /// Where the configuration came from.
@@ -142,7 +150,7 @@ pub struct AgentSettings {
     pub max_model_requests_per_turn: u32,
 }
 
-/// Timeouts for model endpoints.
+/// Timeouts and retries for model endpoints.
 #[derive(Debug, Clone)]
 pub struct NetworkSettings {
     /// Time allowed to open the connection and receive response headers.
@@ -151,6 +159,14 @@ pub struct NetworkSettings {
     pub response_timeout: Duration,
     /// Longest silence tolerated inside a streaming response.
     pub stream_idle_timeout: Duration,
+    /// Retries of a request that failed with 429, 5xx, or no connection or answer; 0 disables retrying.
+    pub max_retries: u32,
+    /// Back-off ceiling before the first retry; it doubles with each retry.
+    pub retry_initial_delay: Duration,
+    /// Largest back-off ceiling.
+    pub retry_max_delay: Duration,
+    /// Most time spent waiting between the attempts of one request, `Retry-After` waits included.
+    pub retry_max_total: Duration,
 }
 
 /// Limits on the editor's side of the wire.
@@ -172,7 +188,26 @@ impl Default for NetworkSettings {
             connect_timeout: Duration::from_secs(30),
             response_timeout: Duration::from_secs(300),
             stream_idle_timeout: Duration::from_secs(300),
+            max_retries: 4,
+            retry_initial_delay: Duration::from_secs(1),
+            retry_max_delay: Duration::from_secs(30),
+            retry_max_total: Duration::from_secs(120),
         }
+    }
+}
+
+/// How the conversation is kept within the model's window.
+#[derive(Debug, Clone)]
+pub struct ContextSettings {
+    /// Fraction of the context window at which older history is summarised.
+    pub compact_threshold: f64,
+    /// Bytes of one tool result kept in the history (head and tail).
+    pub max_tool_output_bytes: usize,
+}
+
+impl Default for ContextSettings {
+    fn default() -> Self {
+        Self { compact_threshold: 0.8, max_tool_output_bytes: 48 * 1024 }
     }
 }
 
@@ -231,6 +266,15 @@ struct ConfigToml {
     network: NetworkToml,
     #[serde(default)]
     protocol: ProtocolToml,
+    #[serde(default)]
+    context: ContextToml,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ContextToml {
+    compact_threshold: Option<f64>,
+    max_tool_output_bytes: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -266,6 +310,10 @@ struct NetworkToml {
     connect_timeout_secs: Option<f64>,
     response_timeout_secs: Option<f64>,
     stream_idle_timeout_secs: Option<f64>,
+    max_retries: Option<u32>,
+    retry_initial_delay_secs: Option<f64>,
+    retry_max_delay_secs: Option<f64>,
+    retry_max_total_secs: Option<f64>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -276,6 +324,9 @@ struct ProtocolToml {
 
 /// Context window assumed when a model does not say.
 pub const DEFAULT_CONTEXT_WINDOW: u64 = 128_000;
+
+/// Upper bound of `network.max_retries`: more retries than this only hide a broken endpoint.
+const MAX_RETRIES: u32 = 100;
 
 /// Where to look for the config file: `--config`, then `LATHE_CONFIG`, then
 /// `$XDG_CONFIG_HOME/lathe/config.toml` (`~/.config/lathe/config.toml`).
@@ -344,6 +395,9 @@ impl Config {
             agent: AgentSettings::default(),
             network: NetworkSettings::default(),
             protocol: ProtocolSettings::default(),
+            context: ContextSettings::default(),
+            user_dir: user_dir(env),
+            data_dir: None,
         }
     }
 
@@ -468,7 +522,39 @@ impl Config {
                 "network.stream_idle_timeout_secs",
                 defaults.stream_idle_timeout,
             )?,
+            max_retries: match raw.network.max_retries {
+                Some(n) if n > MAX_RETRIES => {
+                    return Err(invalid("network.max_retries", format!("{n} is too many (maximum {MAX_RETRIES})")));
+                }
+                Some(n) => n,
+                None => defaults.max_retries,
+            },
+            retry_initial_delay: seconds(
+                raw.network.retry_initial_delay_secs,
+                "network.retry_initial_delay_secs",
+                defaults.retry_initial_delay,
+            )?,
+            retry_max_delay: seconds(
+                raw.network.retry_max_delay_secs,
+                "network.retry_max_delay_secs",
+                defaults.retry_max_delay,
+            )?,
+            retry_max_total: seconds(
+                raw.network.retry_max_total_secs,
+                "network.retry_max_total_secs",
+                defaults.retry_max_total,
+            )?,
         };
+        if network.retry_max_delay < network.retry_initial_delay {
+            return Err(invalid(
+                "network.retry_max_delay_secs",
+                format!(
+                    "{} is less than network.retry_initial_delay_secs ({})",
+                    network.retry_max_delay.as_secs_f64(),
+                    network.retry_initial_delay.as_secs_f64()
+                ),
+            ));
+        }
         let protocol = ProtocolSettings {
             max_message_bytes: match raw.protocol.max_message_bytes {
                 Some(n) if n < 1024 => {
@@ -478,13 +564,48 @@ impl Config {
                 None => ProtocolSettings::default().max_message_bytes,
             },
         };
-        Ok(Config { source: ConfigSource::File(path.to_path_buf()), default_model, models, agent, network, protocol })
+        let context = ContextSettings {
+            compact_threshold: match raw.context.compact_threshold {
+                Some(t) if t > 0.0 && t <= 1.0 => t,
+                Some(t) => {
+                    return Err(invalid("context.compact_threshold", format!("{t} is not a fraction in (0, 1]")));
+                }
+                None => ContextSettings::default().compact_threshold,
+            },
+            max_tool_output_bytes: match raw.context.max_tool_output_bytes {
+                Some(n) if n < 1024 => {
+                    return Err(invalid("context.max_tool_output_bytes", format!("{n} is too small (minimum 1024)")));
+                }
+                Some(n) => n,
+                None => ContextSettings::default().max_tool_output_bytes,
+            },
+        };
+        Ok(Config {
+            source: ConfigSource::File(path.to_path_buf()),
+            default_model,
+            models,
+            agent,
+            network,
+            protocol,
+            context,
+            user_dir: user_dir(env),
+            data_dir: None,
+        })
     }
 
     /// The model a new session starts with.
     pub fn default_model(&self) -> Option<&ModelConfig> {
         self.models.get(&self.default_model)
     }
+}
+
+/// lathe's own config directory: `$XDG_CONFIG_HOME/lathe`, else `~/.config/lathe`.
+fn user_dir(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
+    let config_home = env("XDG_CONFIG_HOME")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| env("HOME").filter(|h| !h.is_empty()).map(|h| Path::new(&h).join(".config")))?;
+    Some(config_home.join("lathe"))
 }
 
 fn parse_toml(text: &str, path: &Path) -> Result<ConfigToml, ConfigError> {
@@ -631,6 +752,36 @@ max_output_tokens = 8192
         assert_eq!(locate(None, &home_only), Some((PathBuf::from("/home/u/.config/lathe/config.toml"), false)));
         let xdg = |name: &str| (name == "XDG_CONFIG_HOME").then(|| "/xdg".to_owned());
         assert_eq!(locate(None, &xdg), Some((PathBuf::from("/xdg/lathe/config.toml"), false)));
+    }
+
+    #[test]
+    fn retry_keys_parse_and_are_checked() {
+        let model = "[models.m]\nbase_url = \"http://x/v1\"\nmodel = \"a\"\n";
+        let defaults = parse(model).unwrap().network;
+        assert_eq!(defaults.max_retries, 4);
+        assert_eq!(defaults.retry_initial_delay, Duration::from_secs(1));
+        assert_eq!(defaults.retry_max_delay, Duration::from_secs(30));
+        assert_eq!(defaults.retry_max_total, Duration::from_secs(120));
+        let network = parse(&format!(
+            "{model}[network]\nmax_retries = 0\nretry_initial_delay_secs = 0.25\nretry_max_delay_secs = 2\nretry_max_total_secs = 10\n"
+        ))
+        .unwrap()
+        .network;
+        assert_eq!(network.max_retries, 0);
+        assert_eq!(network.retry_initial_delay, Duration::from_millis(250));
+        assert_eq!(network.retry_max_delay, Duration::from_secs(2));
+        assert_eq!(network.retry_max_total, Duration::from_secs(10));
+        for (bad, key) in [
+            ("max_retries = -1", "network.max_retries"),
+            ("max_retries = 1000", "network.max_retries"),
+            ("retry_initial_delay_secs = 0", "network.retry_initial_delay_secs"),
+            ("retry_max_total_secs = -3", "network.retry_max_total_secs"),
+            ("retry_initial_delay_secs = 5\nretry_max_delay_secs = 1", "network.retry_max_delay_secs"),
+        ] {
+            let err = parse(&format!("{model}[network]\n{bad}\n")).unwrap_err().to_string();
+            assert!(err.contains(key), "{bad}: {err}");
+            assert!(!err.contains('\n'), "{err}");
+        }
     }
 
     #[test]

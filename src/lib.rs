@@ -28,12 +28,14 @@
 
 pub mod acp;
 pub mod agent;
+pub mod commands;
 pub mod config;
 pub mod model;
 pub mod permission;
 pub mod prompt;
 pub mod rpc;
 pub mod session;
+pub mod store;
 pub mod tools;
 
 pub use acp::serve;

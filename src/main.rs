@@ -32,6 +32,10 @@ struct Cli {
     /// Append logs to this file instead of stderr.
     #[arg(long, value_name = "PATH")]
     log_file: Option<PathBuf>,
+    /// Where sessions are saved. Default: $LATHE_DATA_DIR, else
+    /// $XDG_DATA_HOME/lathe (~/.local/share/lathe).
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -48,13 +52,14 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     init_logging(cli.log_level.as_deref(), cli.log_file.as_deref())?;
     let env = |name: &str| std::env::var(name).ok();
-    let config = match Config::load(cli.config.as_deref(), &env) {
+    let mut config = match Config::load(cli.config.as_deref(), &env) {
         Ok(config) => config,
         Err(err) => {
             eprintln!("lathe: {err}");
             return Ok(ExitCode::from(2));
         }
     };
+    config.data_dir = lathe::store::default_data_dir(cli.data_dir.as_deref(), &env);
     if std::io::stdin().is_terminal() {
         greet(&config);
     }
@@ -98,6 +103,10 @@ fn greet(config: &Config) {
         env!("CARGO_PKG_VERSION")
     );
     eprintln!("config: {}", config.source);
+    match &config.data_dir {
+        Some(dir) => eprintln!("data:   sessions are saved under {}", dir.join("sessions").display()),
+        None => eprintln!("data:   no data directory (set --data-dir or LATHE_DATA_DIR); sessions are not saved"),
+    }
     match (&config.source, config.default_model()) {
         (ConfigSource::Unconfigured, _) | (_, None) => {
             eprintln!("model:  none configured; see config.example.toml, or set OPENAI_API_KEY and OPENAI_MODEL")

@@ -400,6 +400,44 @@ mod tests {
         assert_eq!(labels[1].label, "Always allow `cargo test` commands");
     }
 
+    /// Paths are judged where they lead: `..`, absolute paths and symlinks
+    /// leaving the roots are outside, for reads and writes alike; a hard link
+    /// is judged by its name (see `tools::paths`).
+    #[cfg(unix)]
+    #[test]
+    fn links_and_dot_dots_are_judged_by_where_they_lead() {
+        let root = tempfile::tempdir().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        let roots = vec![root.path().to_path_buf()];
+        let secret = elsewhere.path().join("secret.txt");
+        std::fs::write(&secret, "s").unwrap();
+        std::os::unix::fs::symlink(&secret, root.path().join("file_link")).unwrap();
+        std::os::unix::fs::symlink(elsewhere.path(), root.path().join("dir_link")).unwrap();
+        std::fs::hard_link(&secret, root.path().join("hard_link")).unwrap();
+        let dot_dot = paths::resolve(root.path(), "../../etc/passwd");
+
+        let ask = Policy::new(Mode::Ask);
+        let accept = Policy::new(Mode::AcceptEdits);
+        let outside = [
+            root.path().join("file_link"),
+            root.path().join("dir_link/secret.txt"),
+            root.path().join("dir_link/new/file.rs"),
+            dot_dot,
+            PathBuf::from("/etc/passwd"),
+        ];
+        for path in outside {
+            let read = Access::Read(vec![path.clone()]);
+            let write = Access::Write(vec![path.clone()]);
+            assert_eq!(ask.judge(Tool::ReadFile, &read, &roots), Verdict::Ask, "reading {}", path.display());
+            assert_eq!(accept.judge(Tool::WriteFile, &write, &roots), Verdict::Ask, "writing {}", path.display());
+        }
+        let hard = root.path().join("hard_link");
+        assert_eq!(ask.judge(Tool::ReadFile, &Access::Read(vec![hard.clone()]), &roots), Verdict::Allow);
+        assert_eq!(accept.judge(Tool::EditFile, &Access::Write(vec![hard]), &roots), Verdict::Allow);
+        let inside = root.path().join("src/../lib.rs");
+        assert_eq!(accept.judge(Tool::WriteFile, &Access::Write(vec![inside]), &roots), Verdict::Allow);
+    }
+
     #[test]
     fn modes_round_trip() {
         for mode in Mode::ALL {

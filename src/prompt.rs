@@ -1,12 +1,20 @@
 //! The system prompt: the prose in `prompts/*.md` (compiled in, reviewed like
-//! code) with the session's environment filled in.
+//! code) with the session's environment filled in, followed by the project's
+//! own instructions for agents.
+//!
+//! Instructions are read from, in this order: lathe's user-level file
+//! (`~/.config/lathe/AGENTS.md`), then from the repository root (the nearest
+//! ancestor of the cwd holding `.git`; the cwd itself when there is none)
+//! down to the cwd, in each directory `AGENTS.md`, or `CLAUDE.md` when that
+//! directory has no `AGENTS.md`. Each file is capped at
+//! [`MAX_INSTRUCTIONS_BYTES`].
 //!
 //! The prompt is built once per session and kept, so that every request of a
 //! session starts with the same bytes (provider prompt caches hit) and nothing
-//! volatile, like the time of day, changes between requests. This module does
-//! no I/O and knows nothing of ACP or the model API.
+//! volatile, like the time of day, changes between requests. This module
+//! knows nothing of ACP or the model API.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 const SYSTEM: &str = include_str!("../prompts/system.md");
 const ENVIRONMENT: &str = include_str!("../prompts/environment.md");
@@ -32,10 +40,69 @@ impl Environment<'_> {
 }
 
 /// The complete system prompt for a session.
-pub fn system_prompt(environment: &Environment<'_>) -> String {
+pub fn system_prompt(environment: &Environment<'_>, instructions: &[Instructions]) -> String {
     let cwd = environment.cwd.display().to_string();
     let filled = ENVIRONMENT.replace("{cwd}", &cwd).replace("{os}", environment.os).replace("{date}", environment.date);
-    format!("{}\n{}", SYSTEM.trim_end(), filled.trim_end())
+    let mut prompt = format!("{}\n{}", SYSTEM.trim_end(), filled.trim_end());
+    if !instructions.is_empty() {
+        prompt.push_str("\n\n");
+        prompt.push_str(INSTRUCTIONS.trim_end());
+        for file in instructions {
+            prompt.push_str(&format!("\n\n## {}\n\n{}", file.path.display(), file.text.trim()));
+        }
+    }
+    prompt
+}
+
+const INSTRUCTIONS: &str = include_str!("../prompts/instructions.md");
+
+/// Largest instructions file included, in bytes; the rest is cut with a note.
+pub const MAX_INSTRUCTIONS_BYTES: usize = 32 * 1024;
+
+/// One instructions file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Instructions {
+    /// Where it was read from.
+    pub path: PathBuf,
+    /// Its text (capped).
+    pub text: String,
+}
+
+/// The instructions files that apply to a session in `cwd` (see the module doc).
+pub fn project_instructions(cwd: &Path, user_dir: Option<&Path>) -> Vec<Instructions> {
+    let mut files = Vec::new();
+    if let Some(dir) = user_dir
+        && let Some(file) = read_instructions(&dir.join("AGENTS.md"))
+    {
+        files.push(file);
+    }
+    let root = cwd.ancestors().find(|dir| dir.join(".git").exists()).unwrap_or(cwd);
+    let mut dirs: Vec<&Path> = cwd.ancestors().take_while(|dir| dir.starts_with(root)).collect();
+    dirs.reverse();
+    for dir in dirs {
+        if let Some(file) =
+            read_instructions(&dir.join("AGENTS.md")).or_else(|| read_instructions(&dir.join("CLAUDE.md")))
+        {
+            files.push(file);
+        }
+    }
+    files
+}
+
+fn read_instructions(path: &Path) -> Option<Instructions> {
+    let metadata = std::fs::metadata(path).ok()?;
+    if !metadata.is_file() {
+        return None;
+    }
+    let bytes = std::fs::read(path).ok()?;
+    let mut text = String::from_utf8_lossy(&bytes[..bytes.len().min(MAX_INSTRUCTIONS_BYTES)]).into_owned();
+    if bytes.len() > MAX_INSTRUCTIONS_BYTES {
+        text.push_str(&format!(
+            "\n\n[... {} more bytes of this file not included ...]",
+            bytes.len() - MAX_INSTRUCTIONS_BYTES
+        ));
+    }
+    (!text.trim().is_empty()).then(|| Instructions { path: path.to_path_buf(), text })
 }
 
 #[cfg(test)]
@@ -45,12 +112,48 @@ mod tests {
     #[test]
     fn fills_the_environment_and_is_deterministic() {
         let env = Environment { cwd: Path::new("/work/project"), os: "linux", date: "Wed, 02 Dec 2026" };
-        let prompt = system_prompt(&env);
+        let prompt = system_prompt(&env, &[]);
         assert!(prompt.starts_with("You are lathe"));
         assert!(prompt.contains("Working directory (the project root for this session): /work/project"));
         assert!(prompt.contains("Operating system: linux"));
         assert!(!prompt.contains('{'), "every placeholder is filled: {prompt}");
-        assert_eq!(prompt, system_prompt(&env));
+        assert_eq!(prompt, system_prompt(&env, &[]));
+    }
+
+    #[test]
+    fn instructions_from_the_user_dir_and_the_repository_down_to_the_cwd() {
+        let home = tempfile::tempdir().unwrap();
+        let user = home.path().join("config");
+        let repo = home.path().join("repo");
+        let cwd = repo.join("crates/core");
+        std::fs::create_dir_all(&user).unwrap();
+        std::fs::create_dir_all(repo.join(".git")).unwrap();
+        std::fs::create_dir_all(&cwd).unwrap();
+        std::fs::write(home.path().join("AGENTS.md"), "outside the repository: not read").unwrap();
+        std::fs::write(user.join("AGENTS.md"), "user rules").unwrap();
+        std::fs::write(repo.join("AGENTS.md"), "repo rules").unwrap();
+        std::fs::write(repo.join("CLAUDE.md"), "ignored: AGENTS.md wins").unwrap();
+        std::fs::write(repo.join("crates/CLAUDE.md"), "crates rules").unwrap();
+        std::fs::write(cwd.join("AGENTS.md"), "core rules").unwrap();
+        let files = project_instructions(&cwd, Some(&user));
+        let texts: Vec<&str> = files.iter().map(|f| f.text.as_str()).collect();
+        assert_eq!(texts, ["user rules", "repo rules", "crates rules", "core rules"]);
+
+        let env = Environment { cwd: &cwd, os: "linux", date: "d" };
+        let prompt = system_prompt(&env, &files);
+        assert!(prompt.contains("repo rules") && prompt.find("repo rules") < prompt.find("core rules"));
+        assert!(prompt.contains(&format!("## {}", repo.join("AGENTS.md").display())));
+    }
+
+    #[test]
+    fn without_a_repository_only_the_cwd_counts() {
+        let dir = tempfile::tempdir().unwrap();
+        let cwd = dir.path().join("project");
+        std::fs::create_dir_all(&cwd).unwrap();
+        std::fs::write(dir.path().join("AGENTS.md"), "parent: not read").unwrap();
+        std::fs::write(cwd.join("CLAUDE.md"), "claude rules").unwrap();
+        let texts: Vec<String> = project_instructions(&cwd, None).into_iter().map(|f| f.text).collect();
+        assert_eq!(texts, ["claude rules"]);
     }
 
     #[test]

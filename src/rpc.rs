@@ -170,6 +170,9 @@ pub enum CallError {
     /// The answer did not have the expected shape.
     #[error("the client's answer could not be understood: {0}")]
     BadResult(String),
+    /// The request could not be encoded (a path that is not UTF-8, say), so it was not sent.
+    #[error("the request could not be sent: {0}")]
+    Unsendable(String),
 }
 
 impl Outbox {
@@ -191,6 +194,11 @@ impl Outbox {
             }
             Err(err) => tracing::error!(%err, "could not serialize an outgoing message"),
         }
+    }
+
+    /// Sends a message already encoded with [`encode_notification`].
+    pub fn send_encoded(&self, line: Vec<u8>) {
+        let _ = self.inner.queue.send(Frame::Line(line));
     }
 
     /// Sends a notification.
@@ -222,10 +230,16 @@ impl Outbox {
     /// token cascades the cancellation to the peer.
     pub fn request<P: Serialize>(&self, method: &str, params: &P) -> PendingCall {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let line = match serde_json::to_vec(&RequestOut { jsonrpc: "2.0", id, method, params }) {
+            Ok(line) => line,
+            Err(err) => {
+                return PendingCall { outbox: self.clone(), id, answer: None, unsendable: Some(err.to_string()) };
+            }
+        };
         let (tx, rx) = oneshot::channel();
         self.pending().insert(id, tx);
-        self.enqueue(&RequestOut { jsonrpc: "2.0", id, method, params });
-        PendingCall { outbox: self.clone(), id, answer: Some(rx) }
+        let _ = self.inner.queue.send(Frame::Line(line));
+        PendingCall { outbox: self.clone(), id, answer: Some(rx), unsendable: None }
     }
 
     /// Sends a request and waits for its answer (see [`Outbox::request`]).
@@ -271,16 +285,26 @@ impl Outbox {
     }
 }
 
+/// Encodes a notification as the one line it is sent as (without the newline),
+/// so the same bytes can be sent and recorded.
+pub fn encode_notification<P: Serialize>(method: &str, params: &P) -> serde_json::Result<Vec<u8>> {
+    serde_json::to_vec(&NotificationOut { jsonrpc: "2.0", method, params })
+}
+
 /// A request we sent, waiting for its answer.
 pub struct PendingCall {
     outbox: Outbox,
     id: i64,
     answer: Option<oneshot::Receiver<Answer>>,
+    unsendable: Option<String>,
 }
 
 impl PendingCall {
     /// Waits for the answer and decodes it.
     pub async fn result<R: serde::de::DeserializeOwned>(mut self) -> Result<R, CallError> {
+        if let Some(why) = self.unsendable.take() {
+            return Err(CallError::Unsendable(why));
+        }
         let Some(answer) = self.answer.as_mut() else {
             return Err(CallError::Closed);
         };
@@ -554,6 +578,22 @@ mod tests {
             answer(classify_str(r#"{"jsonrpc":"2.0","id":1,"method":"x","params":3}"#)),
             (Value::from(1), INVALID_REQUEST)
         );
+    }
+
+    #[tokio::test]
+    async fn a_request_that_cannot_be_encoded_fails_at_once() {
+        let (outbox, _writer) = Outbox::new();
+        let path = {
+            use std::os::unix::ffi::OsStrExt;
+            std::path::PathBuf::from(std::ffi::OsStr::from_bytes(b"/tmp/\xff"))
+        };
+        #[derive(Serialize)]
+        struct Params {
+            path: std::path::PathBuf,
+        }
+        let result = outbox.call::<_, Value>("fs/read_text_file", &Params { path }).await;
+        assert!(matches!(result, Err(CallError::Unsendable(_))), "{result:?}");
+        assert!(outbox.pending().is_empty());
     }
 
     #[test]

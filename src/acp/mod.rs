@@ -11,21 +11,20 @@
 mod client;
 mod options;
 mod prompt;
+mod sessions;
+mod turns;
 mod updates;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use agent_client_protocol_schema::ProtocolVersion;
 use agent_client_protocol_schema::v1::{
-    AgentCapabilities, CancelNotification, ClientCapabilities, ConfigOptionUpdate, CurrentModeUpdate, Implementation,
-    InitializeRequest, InitializeResponse, NewSessionRequest, NewSessionResponse, PromptCapabilities, PromptRequest,
-    PromptResponse, SessionAdditionalDirectoriesCapabilities, SessionCapabilities, SessionId, SessionUpdate,
-    SetSessionConfigOptionRequest, SetSessionConfigOptionResponse, SetSessionModeRequest, SetSessionModeResponse,
-    StopReason as AcpStopReason,
+    AgentCapabilities, CancelNotification, ClientCapabilities, Implementation, InitializeRequest, InitializeResponse,
+    PromptCapabilities, SessionAdditionalDirectoriesCapabilities, SessionCapabilities, SessionCloseCapabilities,
+    SessionDeleteCapabilities, SessionListCapabilities, SessionResumeCapabilities, StopReason as AcpStopReason,
 };
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -33,18 +32,15 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::agent::{StopReason, Turn, TurnError, Workspace};
+use crate::agent::{StopReason, TurnError};
 use crate::config::{Config, ConfigSource};
 use crate::model::{ModelClient, ModelError};
-use crate::permission::Mode;
 use crate::rpc::{
     self, CANCEL_REQUEST_METHOD, Classified, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, Incoming, Line,
     LineReader, METHOD_NOT_FOUND, Outbox, RequestId, RpcError,
 };
-use crate::session::{Session, SessionSetup};
-use crate::tools::ToolLimits;
-use client::{ClientApprover, ClientHost};
-use updates::SessionEvents;
+use crate::session::Session;
+use crate::store::Store;
 
 /// ACP's "resource not found" code, used for unknown sessions.
 const RESOURCE_NOT_FOUND: i32 = -32002;
@@ -113,6 +109,9 @@ where
     Ok(())
 }
 
+/// A configured model's key and the reasoning effort its requests carry.
+type ModelKey = (String, Option<String>);
+
 /// The state of one ACP connection.
 struct Server {
     config: Arc<Config>,
@@ -120,7 +119,10 @@ struct Server {
     initialized: AtomicBool,
     client_capabilities: OnceLock<ClientCapabilities>,
     sessions: Mutex<HashMap<Arc<str>, Arc<Session>>>,
-    models: Mutex<HashMap<String, Arc<ModelClient>>>,
+    /// Model clients by model key and reasoning effort.
+    models: Mutex<HashMap<ModelKey, Arc<ModelClient>>>,
+    /// Where sessions are persisted; `None` when there is no usable data directory.
+    store: Option<Arc<Store>>,
     /// Incoming requests that `$/cancel_request` can cancel, by their id's JSON text.
     cancellable: Mutex<HashMap<String, CancellationToken>>,
     /// Parent of every session's token: cancelled at shutdown.
@@ -134,7 +136,15 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Server {
     fn new(config: Config, outbox: Outbox) -> Self {
+        let store = config.data_dir.as_deref().and_then(|dir| match Store::open(dir) {
+            Ok(store) => Some(Arc::new(store)),
+            Err(err) => {
+                tracing::warn!(%err, "sessions will not be saved");
+                None
+            }
+        });
         Self {
+            store,
             config: Arc::new(config),
             outbox,
             initialized: AtomicBool::new(false),
@@ -154,6 +164,10 @@ impl Server {
             tracing::warn!("some turns did not finish within the shutdown grace period");
         }
         self.outbox.fail_pending();
+        if let Some(store) = &self.store {
+            let store = Arc::clone(store);
+            let _ = tokio::task::spawn_blocking(move || store.flush(SHUTDOWN_GRACE)).await;
+        }
     }
 
     fn handle_line(self: &Arc<Self>, line: &[u8]) {
@@ -189,7 +203,12 @@ impl Server {
                     "lathe offers no authentication methods: model API keys come from its config (api_key_env)",
                 ),
             ),
-            "session/new" => self.outbox.respond(&id, self.new_session(params)),
+            "session/new" => self.new_session(&id, params),
+            "session/load" => self.load_session(&id, params, sessions::Replay::Yes),
+            "session/resume" => self.load_session(&id, params, sessions::Replay::No),
+            "session/list" => self.outbox.respond(&id, self.list_sessions(params)),
+            "session/close" => self.outbox.respond(&id, self.close_session(params)),
+            "session/delete" => self.outbox.respond(&id, self.delete_session(params)),
             "session/prompt" => self.prompt(id, params),
             "session/set_mode" => self.outbox.respond(&id, self.set_mode(params)),
             "session/set_config_option" => self.outbox.respond(&id, self.set_config_option(params)),
@@ -202,7 +221,7 @@ impl Server {
         match method {
             "session/cancel" => match parse_params::<CancelNotification>(params) {
                 Ok(cancel) => match self.session(&cancel.session_id) {
-                    Ok(session) => session.cancel_turn(),
+                    Ok(session) => session.cancel_turns(),
                     Err(_) => tracing::debug!(session = %cancel.session_id, "cancel for an unknown session ignored"),
                 },
                 Err(err) => tracing::warn!(%err, "ignoring a malformed session/cancel"),
@@ -229,100 +248,34 @@ impl Server {
         let _ = self.client_capabilities.set(request.client_capabilities);
         self.initialized.store(true, Ordering::Release);
         let vision = self.config.default_model().is_some_and(|m| m.vision);
+        let mut sessions =
+            SessionCapabilities::new().additional_directories(SessionAdditionalDirectoriesCapabilities::new());
+        // Listing, resuming and deleting need the store; closing does not.
+        sessions = sessions.close(SessionCloseCapabilities::new());
+        if self.store.is_some() {
+            sessions = sessions
+                .list(SessionListCapabilities::new())
+                .resume(SessionResumeCapabilities::new())
+                .delete(SessionDeleteCapabilities::new());
+        }
         let capabilities = AgentCapabilities::new()
+            .load_session(self.store.is_some())
             .prompt_capabilities(PromptCapabilities::new().embedded_context(true).image(vision))
-            .session_capabilities(
-                SessionCapabilities::new().additional_directories(SessionAdditionalDirectoriesCapabilities::new()),
-            );
+            .session_capabilities(sessions);
         Ok(InitializeResponse::new(ProtocolVersion::V1)
             .agent_capabilities(capabilities)
             .agent_info(Implementation::new("lathe", env!("CARGO_PKG_VERSION")).title("lathe")))
     }
 
-    fn new_session(&self, params: Value) -> Result<NewSessionResponse, RpcError> {
-        let params = with_default_mcp_servers(params);
-        let request: NewSessionRequest = parse_params(params)?;
-        let cwd = absolute_dir(&request.cwd, "cwd")?;
-        let additional_directories = request
-            .additional_directories
-            .iter()
-            .enumerate()
-            .map(|(i, dir)| absolute_dir(dir, &format!("additionalDirectories[{i}]")))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mcp_servers =
-            request.mcp_servers.iter().map(|server| serde_json::to_value(server).unwrap_or(Value::Null)).collect();
-        let id: Arc<str> = Arc::from(format!("sess_{}", uuid::Uuid::new_v4().simple()));
-        let environment = crate::prompt::Environment {
-            cwd: &cwd,
-            os: std::env::consts::OS,
-            date: &crate::prompt::Environment::today(),
-        };
-        let system_prompt = crate::prompt::system_prompt(&environment);
-        let setup =
-            SessionSetup { cwd, additional_directories, mcp_servers, model_key: self.config.default_model.clone() };
-        let session = Arc::new(Session::new(Arc::clone(&id), setup, system_prompt, &self.root));
-        let response = NewSessionResponse::new(SessionId::new(Arc::clone(&id)))
-            .modes(options::mode_state(&session))
-            .config_options(options::config_options(&session));
-        lock(&self.sessions).insert(Arc::clone(&id), session);
-        tracing::info!(session = %id, "session created");
-        Ok(response)
-    }
-
-    fn set_mode(&self, params: Value) -> Result<SetSessionModeResponse, RpcError> {
-        let request: SetSessionModeRequest = parse_params(params)?;
-        let session = self.session(&request.session_id)?;
-        let mode = parse_mode(&request.mode_id.0)?;
-        session.set_mode(mode);
-        // The mode is also a config option: keep the editor's copy of it in sync.
-        self.events(&session)
-            .send(SessionUpdate::ConfigOptionUpdate(ConfigOptionUpdate::new(options::config_options(&session))));
-        Ok(SetSessionModeResponse::new())
-    }
-
-    fn set_config_option(&self, params: Value) -> Result<SetSessionConfigOptionResponse, RpcError> {
-        let request: SetSessionConfigOptionRequest = parse_params(params)?;
-        let session = self.session(&request.session_id)?;
-        let value = request.value.as_value_id().map(|v| v.0.to_string()).ok_or_else(|| {
-            RpcError::new(
-                INVALID_PARAMS,
-                format!("Invalid params: value: option \"{}\" takes a value id", request.config_id.0),
-            )
-        })?;
-        match &*request.config_id.0 {
-            options::MODE_OPTION => {
-                session.set_mode(parse_mode(&value)?);
-                self.events(&session)
-                    .send(SessionUpdate::CurrentModeUpdate(CurrentModeUpdate::new(session.mode().id())));
-            }
-            other => {
-                return Err(RpcError::new(
-                    INVALID_PARAMS,
-                    format!("Invalid params: configId: unknown option \"{other}\""),
-                ));
-            }
-        }
-        Ok(SetSessionConfigOptionResponse::new(options::config_options(&session)))
-    }
-
-    fn events(&self, session: &Session) -> SessionEvents {
-        SessionEvents { outbox: self.outbox.clone(), session_id: SessionId::new(Arc::clone(session.id())) }
-    }
-
-    fn session(&self, id: &SessionId) -> Result<Arc<Session>, RpcError> {
-        lock(&self.sessions).get(&id.0).cloned().ok_or_else(|| {
-            RpcError::new(RESOURCE_NOT_FOUND, format!("Session not found: {id}")).with_data(json!({ "sessionId": id }))
-        })
-    }
-
-    fn model_client(&self, key: &str) -> Result<Arc<ModelClient>, ModelError> {
+    fn model_client(&self, key: &str, thought_level: Option<&str>) -> Result<Arc<ModelClient>, ModelError> {
         if self.config.source == ConfigSource::Unconfigured {
             return Err(ModelError::NotConfigured(
                 "no model is configured: create ~/.config/lathe/config.toml (see config.example.toml) or set OPENAI_API_KEY / OPENAI_BASE_URL"
                     .to_owned(),
             ));
         }
-        if let Some(client) = lock(&self.models).get(key) {
+        let cache_key = (key.to_owned(), thought_level.map(str::to_owned));
+        if let Some(client) = lock(&self.models).get(&cache_key) {
             return Ok(Arc::clone(client));
         }
         let model = self
@@ -330,113 +283,14 @@ impl Server {
             .models
             .get(key)
             .ok_or_else(|| ModelError::NotConfigured(format!("the model \"{key}\" is not configured")))?;
-        let client = Arc::new(ModelClient::new(Arc::new(model.clone()), &self.config.network)?);
-        lock(&self.models).insert(key.to_owned(), Arc::clone(&client));
+        let mut model = model.clone();
+        if thought_level.is_some() {
+            model.reasoning_effort = thought_level.map(str::to_owned);
+        }
+        let client = Arc::new(ModelClient::new(Arc::new(model), &self.config.network)?);
+        lock(&self.models).insert(cache_key, Arc::clone(&client));
         Ok(client)
     }
-
-    fn prompt(self: &Arc<Self>, id: RequestId, params: Value) {
-        let started = (|| {
-            let request: PromptRequest = parse_params(params)?;
-            let session = self.session(&request.session_id)?;
-            let model_key = session.setup().model_key.clone();
-            let model = self.config.models.get(&model_key);
-            let vision = model.is_some_and(|m| m.vision);
-            let model_name = model.map(|m| m.model.as_str()).unwrap_or(&model_key);
-            let parts = prompt::to_user_parts(request.prompt, vision, model_name)
-                .map_err(|err| RpcError::new(INVALID_PARAMS, format!("Invalid params: {err}")))?;
-            let turn = session.begin_turn().ok_or_else(|| {
-                RpcError::new(
-                    INVALID_REQUEST,
-                    format!(
-                        "Invalid request: session {} is still answering an earlier prompt; cancel it or wait for its response",
-                        session.id()
-                    ),
-                )
-                .with_data(json!({ "sessionId": session.id() }))
-            })?;
-            Ok::<_, RpcError>((session, parts, turn, model_key))
-        })();
-        let (session, parts, mut turn, model_key) = match started {
-            Ok(started) => started,
-            Err(error) => return self.outbox.respond_err(&id, &error),
-        };
-        let request_key = id.to_string();
-        lock(&self.cancellable).insert(request_key.clone(), turn.token().clone());
-        let server = Arc::clone(self);
-        self.tasks.spawn(async move {
-            let token = turn.token().clone();
-            let session_id = SessionId::new(Arc::clone(session.id()));
-            let sink = server.events(&session);
-            let capabilities = server.client_capabilities.get().cloned().unwrap_or_default();
-            let host = ClientHost::new(server.outbox.clone(), session_id.clone(), &capabilities);
-            let approver = ClientApprover { outbox: server.outbox.clone(), session_id };
-            let roots = session.roots();
-            let limits = ToolLimits::default();
-            let result = match server.model_client(&model_key) {
-                Ok(client) => {
-                    let turn_runner = Turn {
-                        client: &client,
-                        settings: &server.config.agent,
-                        events: &sink,
-                        cancel: &token,
-                        workspace: Workspace {
-                            cwd: &session.setup().cwd,
-                            roots: &roots,
-                            host: &host,
-                            approver: &approver,
-                            policy: session.policy(),
-                            limits: &limits,
-                        },
-                        tools: crate::tools::definitions(),
-                    };
-                    turn_runner.run(turn.conversation(), parts).await
-                }
-                Err(err) => Err(TurnError::Model(err)),
-            };
-            // ACP: once the user cancelled, the answer is `cancelled`, whatever
-            // the aborted operations returned.
-            let response = match result {
-                _ if token.is_cancelled() => Ok(PromptResponse::new(AcpStopReason::Cancelled)),
-                Ok(stop) => Ok(PromptResponse::new(to_acp_stop_reason(stop))),
-                Err(err) => Err(turn_error_to_rpc(&err)),
-            };
-            drop(turn);
-            lock(&server.cancellable).remove(&request_key);
-            server.outbox.respond(&id, response);
-        });
-    }
-}
-
-/// `mcpServers` is required by the schema; some clients omit it when empty.
-fn with_default_mcp_servers(mut params: Value) -> Value {
-    if let Some(object) = params.as_object_mut() {
-        object.entry("mcpServers").or_insert_with(|| Value::Array(Vec::new()));
-    }
-    params
-}
-
-fn absolute_dir(path: &std::path::Path, field: &str) -> Result<PathBuf, RpcError> {
-    if !path.is_absolute() {
-        return Err(RpcError::new(
-            INVALID_PARAMS,
-            format!("Invalid params: {field} must be an absolute path, got \"{}\"", path.display()),
-        ));
-    }
-    if !path.is_dir() {
-        tracing::warn!(path = %path.display(), "{field} is not an existing directory");
-    }
-    Ok(path.to_path_buf())
-}
-
-fn parse_mode(id: &str) -> Result<Mode, RpcError> {
-    Mode::from_id(id).ok_or_else(|| {
-        let known: Vec<&str> = Mode::ALL.iter().map(|m| m.id()).collect();
-        RpcError::new(
-            INVALID_PARAMS,
-            format!("Invalid params: unknown mode \"{id}\" (available: {})", known.join(", ")),
-        )
-    })
 }
 
 fn to_acp_stop_reason(stop: StopReason) -> AcpStopReason {
@@ -451,7 +305,7 @@ fn to_acp_stop_reason(stop: StopReason) -> AcpStopReason {
 
 fn turn_error_to_rpc(err: &TurnError) -> RpcError {
     match err {
-        TurnError::Model(model) => {
+        TurnError::Model(model) | TurnError::Retried { error: model, .. } => {
             let mut data = json!({ "kind": model.kind() });
             if let Some(status) = model.status() {
                 data["status"] = json!(status);
@@ -462,7 +316,11 @@ fn turn_error_to_rpc(err: &TurnError) -> RpcError {
             if let ModelError::Http { message, .. } | ModelError::Provider(message) = model {
                 data["providerMessage"] = json!(message);
             }
-            let mut message = model.to_string();
+            if let TurnError::Retried { retries, .. } = err {
+                data["attempts"] = json!(retries.attempts);
+            }
+            // For a retried request this ends with what the retries came to.
+            let mut message = err.to_string();
             if let Some(first) = message.get(..1) {
                 message = format!("{}{}", first.to_uppercase(), &message[1..]);
             }

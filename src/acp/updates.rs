@@ -8,21 +8,55 @@ use agent_client_protocol_schema::v1::{
 };
 
 use crate::agent::{AgentEvent, EventSink, ToolCallChange, ToolCallStatus};
-use crate::rpc::Outbox;
+use crate::rpc::{Outbox, encode_notification};
+use crate::session::Journal;
 use crate::tools::{DisplayContent, Location, PlanItem, PlanPriority, PlanStatus, ToolKind};
 
-/// Sends one session's agent events as `session/update` notifications.
+/// Sends one session's agent events as `session/update` notifications, and
+/// records each, byte for byte, in the session's journal so that
+/// `session/load` can replay exactly what the user saw.
 pub struct SessionEvents {
     /// The connection.
     pub outbox: Outbox,
     /// The session the events belong to.
     pub session_id: SessionId,
+    /// Where the session's records go, if it is persisted.
+    pub journal: Option<Journal>,
 }
 
 impl SessionEvents {
-    /// Sends one update.
+    /// Sends (and records) one update.
     pub fn send(&self, update: SessionUpdate) {
-        self.outbox.notify("session/update", &SessionNotification::new(self.session_id.clone(), update));
+        let Some(line) = self.encode(update) else { return };
+        if let Some(journal) = &self.journal {
+            journal.record_update_line(&line);
+        }
+        self.outbox.send_encoded(line);
+    }
+
+    /// Records an update without sending it (what the user typed: the editor shows it already).
+    pub fn record_only(&self, update: SessionUpdate) {
+        if let (Some(journal), Some(line)) = (&self.journal, self.encode(update)) {
+            journal.record_update_line(&line);
+        }
+    }
+
+    /// Sends an update without recording it (state that is not conversation: commands, options, mode).
+    pub fn send_unrecorded(&self, update: SessionUpdate) {
+        if let Some(line) = self.encode(update) {
+            self.outbox.send_encoded(line);
+        }
+    }
+
+    fn encode(&self, update: SessionUpdate) -> Option<Vec<u8>> {
+        let notification = SessionNotification::new(self.session_id.clone(), update);
+        match encode_notification("session/update", &notification) {
+            Ok(line) => Some(line),
+            Err(err) => {
+                tracing::error!(%err, "cannot encode a session update");
+                None
+            }
+        }
     }
 }
 
@@ -48,7 +82,16 @@ pub fn to_update(event: AgentEvent) -> SessionUpdate {
             SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(id, fields(change)))
         }
         AgentEvent::Plan(items) => SessionUpdate::Plan(Plan::new(items.into_iter().map(plan_entry).collect())),
-        AgentEvent::Usage { used, size } => SessionUpdate::UsageUpdate(UsageUpdate::new(used, size)),
+        AgentEvent::Usage { used, size, estimated } => {
+            let mut update = UsageUpdate::new(used, size);
+            if estimated {
+                // The server reported no usage: say that the figure is lathe's estimate.
+                let mut meta = serde_json::Map::new();
+                meta.insert("lathe".to_owned(), serde_json::json!({ "estimated": true }));
+                update = update.meta(meta);
+            }
+            SessionUpdate::UsageUpdate(update)
+        }
     }
 }
 
@@ -104,7 +147,7 @@ pub fn tool_content(content: DisplayContent) -> ToolCallContent {
     match content {
         DisplayContent::Text(text) => ToolCallContent::Content(Content::new(ContentBlock::from(text))),
         DisplayContent::Diff { path, old_text, new_text } => {
-            ToolCallContent::Diff(Diff::new(path, new_text).old_text(old_text))
+            ToolCallContent::Diff(Diff::new(wire_path(&path), new_text).old_text(old_text))
         }
         DisplayContent::Terminal(id) => ToolCallContent::Terminal(Terminal::new(id)),
     }
@@ -112,7 +155,17 @@ pub fn tool_content(content: DisplayContent) -> ToolCallContent {
 
 /// The ACP location.
 pub fn location(location: Location) -> ToolCallLocation {
-    ToolCallLocation::new(location.path).line(location.line)
+    ToolCallLocation::new(wire_path(&location.path)).line(location.line)
+}
+
+/// A path as JSON can carry it. File names need not be UTF-8, but JSON
+/// strings must be: an unrepresentable byte becomes U+FFFD rather than the
+/// whole update failing to encode (and the editor never hearing of the call).
+fn wire_path(path: &std::path::Path) -> std::path::PathBuf {
+    match path.to_str() {
+        Some(_) => path.to_path_buf(),
+        None => std::path::PathBuf::from(path.to_string_lossy().into_owned()),
+    }
 }
 
 fn plan_entry(item: PlanItem) -> PlanEntry {

@@ -4,10 +4,14 @@
 //! [`ModelClient`] owns the HTTP side (async-openai's client over our own
 //! tower service, so that nothing retries behind our back and the status,
 //! `Retry-After` and provider message of a failure are kept). [`decode`] turns
-//! chunks into events, purely. This module knows nothing of ACP or tools: it
-//! sends the messages and tool definitions it is given and reports what came back.
+//! chunks into events, purely; [`retry`] decides, purely, whether and when a
+//! failed request is tried again (the turn loop does the waiting). This module
+//! knows nothing of ACP or tools: it sends the messages and tool definitions it
+//! is given and reports what came back.
 
 pub mod decode;
+pub mod sse;
+pub mod retry;
 pub mod wire;
 
 use std::pin::Pin;
@@ -232,6 +236,8 @@ pub struct ModelClient {
     stream_idle_timeout: Duration,
     /// Cleared when the server rejects `stream_options`, so later requests omit it.
     include_usage: AtomicBool,
+    /// How the turn loop retries a request that failed before its answer started.
+    retry: retry::RetryPolicy,
 }
 
 impl std::fmt::Debug for ModelClient {
@@ -272,12 +278,19 @@ impl ModelClient {
             include_usage: AtomicBool::new(model.stream_usage),
             model,
             stream_idle_timeout: network.stream_idle_timeout,
+            retry: retry::RetryPolicy::from_settings(network),
         })
     }
 
     /// The model this client talks to.
     pub fn model(&self) -> &ModelConfig {
         &self.model
+    }
+
+    /// How a request that failed before its answer started is retried. The
+    /// retrying itself is the caller's: its waits must be cancellable and shown.
+    pub fn retry_policy(&self) -> &retry::RetryPolicy {
+        &self.retry
     }
 
     /// Sends one streaming request and waits for the response to start.
@@ -411,7 +424,7 @@ impl UpstreamService {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.trim_start().starts_with("application/json"));
         if !is_json {
-            return Ok(response);
+            return Ok(sse::without_leading_bom(response));
         }
         let body = read_capped(response).await.map_err(|err| boxed(ModelError::StreamDropped(err)))?;
         let value: serde_json::Value = serde_json::from_slice(&body)

@@ -7,7 +7,33 @@
 //! Reads and writes go through [`Host`](super::Host), so this module does not
 //! know whether the disk or the editor's buffers answer; it knows nothing of
 //! ACP or the model API. Only the `describe_*` functions touch the disk
-//! directly, for a small bounded preview taken before permission is asked.
+//! directly, for a small bounded preview taken before permission is asked,
+//! and every call looks at the path's metadata first, so that directories,
+//! FIFOs, sockets and devices are refused whoever serves reads (asking an
+//! editor to read `/dev/zero` would hang it). A path with a NUL character is
+//! refused before anything touches it.
+//!
+//! # Changes behind the model's back
+//!
+//! [`FileVersions`](super::versions::FileVersions) remembers the version of
+//! each file the model last saw (read, wrote or edited). Before `edit_file` or
+//! `write_file` changes an existing file, its current text is compared with
+//! that version; if the user, the editor or a command changed it meanwhile,
+//! nothing is written and the model gets the current text instead, so it
+//! redoes its change rather than undoing theirs. That text now counts as seen,
+//! so the retry goes through. For files the model never saw:
+//!
+//! - `edit_file` applies: its `old_string` must match the current text
+//!   exactly, which shows the model knows that part, and the edit leaves the
+//!   rest of the file as it is now. (Models often know a file from the prompt,
+//!   a grep or a shell command rather than from `read_file`.)
+//! - `write_file` over a non-empty file does not: replacing a whole file
+//!   unseen could drop content nobody meant to lose. The model gets the
+//!   current text and may call again.
+//!
+//! A file whose current text cannot be read (binary, too large) cannot be
+//! compared and is written as before. The check and the write are separate
+//! steps, so a change landing between them (milliseconds) is not caught.
 
 use std::fmt::Write as _;
 use std::future::Future;
@@ -17,7 +43,8 @@ use serde::{Deserialize, Deserializer};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::local::{BINARY_SNIFF_BYTES, read_text_blocking, size_text};
+use super::local::{BINARY_SNIFF_BYTES, read_text_blocking, size_text, special_kind};
+use super::versions::Freshness;
 use super::{
     Access, Description, DisplayContent, HostError, Location, OutcomeStatus, ToolContext, ToolLimits, ToolOutcome,
     paths,
@@ -26,8 +53,9 @@ use super::{
 /// Largest file `describe_*` reads to preview a change; bigger files get no preview.
 const PREVIEW_MAX_BYTES: u64 = 256 * 1024;
 
-/// Largest existing file `write_file` reads to show what it replaced.
-const DIFF_SOURCE_MAX_BYTES: u64 = 1024 * 1024;
+/// Largest text shown as a diff after a write or an edit; editors choke on
+/// more, and the model does not need it.
+const DIFF_MAX_BYTES: usize = 1024 * 1024;
 
 /// Lines searched for the text closest to an `old_string` that was not found.
 const CLOSEST_SCAN_LINES: usize = 50_000;
@@ -245,12 +273,23 @@ pub fn describe_edit_file(args: &EditFileArgs, cwd: &Path) -> Description {
 /// Runs `read_file`: the requested lines, numbered like `cat -n`, within the
 /// output limits, with a note saying how to read on when cut short.
 pub async fn read_file(args: ReadFileArgs, ctx: &ToolContext<'_>) -> ToolOutcome {
+    if let Some(refusal) = refuse_nul(&args.path, "read_file") {
+        return refusal;
+    }
     let path = paths::resolve(ctx.cwd, &args.path);
     let shown = paths::display(&path, ctx.cwd);
-    if is_directory(&path).await {
-        return ToolOutcome::failed(format!(
-            "{shown} is a directory, not a file. Use list_directory to see what it contains."
-        ));
+    match kind_of(&path).await {
+        Kind::Directory => {
+            return ToolOutcome::failed(format!(
+                "{shown} is a directory, not a file. Use list_directory to see what it contains."
+            ));
+        }
+        Kind::Special(kind) => {
+            return ToolOutcome::failed(format!(
+                "{shown} is {kind}, not a regular file; only regular files can be read."
+            ));
+        }
+        Kind::File | Kind::Missing => {}
     }
     let text = match race(ctx.cancel, ctx.host.read_text_file(&path)).await {
         None => return ToolOutcome::cancelled(),
@@ -264,6 +303,7 @@ pub async fn read_file(args: ReadFileArgs, ctx: &ToolContext<'_>) -> ToolOutcome
         ));
     }
     if text.is_empty() {
+        ctx.seen.record(&path, &text);
         return ToolOutcome::completed(format!("{shown} is empty."));
     }
     let page = match Page::of(&text, args.offset, args.limit, ctx.limits) {
@@ -276,61 +316,63 @@ pub async fn read_file(args: ReadFileArgs, ctx: &ToolContext<'_>) -> ToolOutcome
             ));
         }
     };
-    let mut for_model = page.body;
-    let more = page.last < page.total;
-    if more {
-        let capped = if page.capped_by_bytes {
-            format!(" (output is limited to {})", size_text(ctx.limits.read_max_bytes as u64))
-        } else {
-            String::new()
-        };
-        let _ = write!(
-            for_model,
-            "\n\n[Showing lines {}-{} of {}{capped}. Call read_file with offset={} to read more.]",
-            page.first,
-            page.last,
-            page.total,
-            page.last + 1
-        );
-    }
+    // Any part counts: an edit needs only the part it changes.
+    ctx.seen.record(&path, &text);
+    let more = page.more();
     let summary = if page.first == 1 && !more {
         format!("Read {}.", plural(page.total, "line"))
     } else {
         format!("Read lines {}-{} of {}.", page.first, page.last, page.total)
     };
+    let raw_output = json!({
+        "path": path,
+        "firstLine": page.first,
+        "lastLine": page.last,
+        "totalLines": page.total,
+        "truncated": more,
+    });
     ToolOutcome {
         status: OutcomeStatus::Completed,
-        for_model,
+        for_model: page.with_note(ctx.limits),
         content: vec![DisplayContent::Text(summary)],
         locations: None,
-        raw_output: Some(json!({
-            "path": path,
-            "firstLine": page.first,
-            "lastLine": page.last,
-            "totalLines": page.total,
-            "truncated": more,
-        })),
+        raw_output: Some(raw_output),
     }
 }
 
-/// Runs `write_file`: creates or replaces the whole file.
+/// Runs `write_file`: creates or replaces the whole file, unless it exists and
+/// the model has not seen its current text (see the module docs).
 pub async fn write_file(args: WriteFileArgs, ctx: &ToolContext<'_>) -> ToolOutcome {
+    if let Some(refusal) = refuse_nul(&args.path, "write_file") {
+        return refusal;
+    }
     let path = paths::resolve(ctx.cwd, &args.path);
     let shown = paths::display(&path, ctx.cwd);
-    if is_directory(&path).await {
-        return ToolOutcome::failed(format!("{shown} is a directory; write_file needs the path of a file."));
-    }
-    let existing = tokio::fs::metadata(&path).await.ok();
-    let old = match existing {
-        Some(ref metadata) if metadata.len() <= DIFF_SOURCE_MAX_BYTES => {
-            match race(ctx.cancel, ctx.host.read_text_file(&path)).await {
-                None => return ToolOutcome::cancelled(),
-                // Unreadable old content only costs the diff, not the write.
-                Some(result) => result.ok().filter(|old| !looks_binary(old)),
-            }
+    let exists = match kind_of(&path).await {
+        Kind::Directory => {
+            return ToolOutcome::failed(format!("{shown} is a directory; write_file needs the path of a file."));
         }
-        _ => None,
+        Kind::Special(kind) => {
+            return ToolOutcome::failed(format!("{shown} is {kind}, not a regular file; refusing to replace it."));
+        }
+        Kind::File => true,
+        Kind::Missing => false,
     };
+    let old = if exists {
+        match race(ctx.cancel, ctx.host.read_text_file(&path)).await {
+            None => return ToolOutcome::cancelled(),
+            // Text that cannot be read (binary, too large) cannot be compared;
+            // it only costs the check and the diff, not the write.
+            Some(result) => result.ok().filter(|old| !looks_binary(old)),
+        }
+    } else {
+        None
+    };
+    if let Some(old) = &old
+        && let Some(refusal) = refuse_stale(ctx, &path, &shown, old, Change::Write)
+    {
+        return refusal;
+    }
     if ctx.cancel.is_cancelled() {
         return ToolOutcome::cancelled();
     }
@@ -339,18 +381,23 @@ pub async fn write_file(args: WriteFileArgs, ctx: &ToolContext<'_>) -> ToolOutco
         Some(Err(err)) => return ToolOutcome::failed(write_error(&err, &shown)),
         Some(Ok(())) => {}
     }
+    ctx.seen.record(&path, &args.content);
     let lines = plural(args.content.lines().count(), "line");
-    let (for_model, content) = match (existing.is_some(), old) {
-        (false, _) => (
+    let showable = |text: &str| text.len() <= DIFF_MAX_BYTES;
+    let (for_model, content) = match (exists, old) {
+        (false, _) if showable(&args.content) => (
             format!("Created {shown} ({lines})."),
             DisplayContent::Diff { path: path.clone(), old_text: None, new_text: args.content },
         ),
-        (true, Some(old)) => (
+        (false, _) => {
+            (format!("Created {shown} ({lines})."), DisplayContent::Text(format!("Created {shown} ({lines}).")))
+        }
+        (true, Some(old)) if showable(&old) && showable(&args.content) => (
             format!("Wrote {lines} to {shown}."),
             DisplayContent::Diff { path: path.clone(), old_text: Some(old), new_text: args.content },
         ),
-        // A new-file diff would mislead; say what happened instead.
-        (true, None) => {
+        // A new-file diff would mislead, and a huge one helps no one; say what happened instead.
+        (true, _) => {
             (format!("Wrote {lines} to {shown}."), DisplayContent::Text(format!("Overwrote {shown} ({lines}).")))
         }
     };
@@ -364,16 +411,26 @@ pub async fn write_file(args: WriteFileArgs, ctx: &ToolContext<'_>) -> ToolOutco
 }
 
 /// Runs `edit_file`: applies every replacement to the current text, then
-/// writes the result once; if any replacement fails nothing is written.
+/// writes the result once; if any replacement fails nothing is written, and
+/// neither is anything when the file changed since the model last saw it.
 pub async fn edit_file(args: EditFileArgs, ctx: &ToolContext<'_>) -> ToolOutcome {
+    if let Some(refusal) = refuse_nul(&args.path, "edit_file") {
+        return refusal;
+    }
     let path = paths::resolve(ctx.cwd, &args.path);
     let shown = paths::display(&path, ctx.cwd);
     let edits = match planned_edits(&args) {
         Ok(edits) => edits,
         Err(message) => return ToolOutcome::failed(message),
     };
-    if is_directory(&path).await {
-        return ToolOutcome::failed(format!("{shown} is a directory; edit_file needs the path of a file."));
+    match kind_of(&path).await {
+        Kind::Directory => {
+            return ToolOutcome::failed(format!("{shown} is a directory; edit_file needs the path of a file."));
+        }
+        Kind::Special(kind) => {
+            return ToolOutcome::failed(format!("{shown} is {kind}, not a regular file; edit_file only edits files."));
+        }
+        Kind::File | Kind::Missing => {}
     }
     let old = match race(ctx.cancel, ctx.host.read_text_file(&path)).await {
         None => return ToolOutcome::cancelled(),
@@ -384,6 +441,9 @@ pub async fn edit_file(args: EditFileArgs, ctx: &ToolContext<'_>) -> ToolOutcome
     };
     if looks_binary(&old) {
         return ToolOutcome::failed(format!("{shown} is a binary file; edit_file only edits text files."));
+    }
+    if let Some(refusal) = refuse_stale(ctx, &path, &shown, &old, Change::Edit) {
+        return refusal;
     }
     let applied = match apply_edits(&old, &edits, &shown) {
         Ok(applied) => applied,
@@ -397,19 +457,89 @@ pub async fn edit_file(args: EditFileArgs, ctx: &ToolContext<'_>) -> ToolOutcome
         Some(Err(err)) => return ToolOutcome::failed(write_error(&err, &shown)),
         Some(Ok(())) => {}
     }
+    ctx.seen.record(&path, &applied.text);
     let line = first_changed_line(&old, &applied.text);
     let replaced = if applied.replacements > edits.len() {
         format!(" ({} replacements)", applied.replacements)
     } else {
         String::new()
     };
+    let for_model = format!("Applied {}{replaced} to {shown}.", plural(edits.len(), "edit"));
+    let content = if old.len() <= DIFF_MAX_BYTES && applied.text.len() <= DIFF_MAX_BYTES {
+        DisplayContent::Diff { path: path.clone(), old_text: Some(old), new_text: applied.text }
+    } else {
+        DisplayContent::Text(format!("{for_model} The file is too large to show as a diff."))
+    };
     ToolOutcome {
         status: OutcomeStatus::Completed,
-        for_model: format!("Applied {}{replaced} to {shown}.", plural(edits.len(), "edit")),
-        content: vec![DisplayContent::Diff { path: path.clone(), old_text: Some(old), new_text: applied.text }],
+        for_model,
+        content: vec![content],
         locations: Some(vec![Location { path, line: Some(line_number(line)) }]),
         raw_output: None,
     }
+}
+
+/// What a call is about to do to an existing file.
+#[derive(Clone, Copy)]
+enum Change {
+    Write,
+    Edit,
+}
+
+/// The refusal for a change to a file the model has not seen as it is now
+/// (see the module docs), with its current text; `None` when it may go on.
+fn refuse_stale(ctx: &ToolContext<'_>, path: &Path, shown: &str, current: &str, change: Change) -> Option<ToolOutcome> {
+    let freshness = ctx.seen.check(path, current);
+    let changed = || format!("{shown} changed since you last read it (the user, the editor or a command modified it)");
+    let (why, user) = match (freshness, change) {
+        (Freshness::Current, _) | (Freshness::Unseen, Change::Edit) => return None,
+        (Freshness::Unseen, Change::Write) if current.is_empty() => return None,
+        (Freshness::Unseen, Change::Write) => (
+            format!("{shown} already exists and you have not read it yet"),
+            format!("Not written: {shown} exists and the model had not read it."),
+        ),
+        (Freshness::Changed, Change::Write) => {
+            (changed(), format!("Not written: {shown} changed since the model last read it."))
+        }
+        (Freshness::Changed, Change::Edit) => {
+            (changed(), format!("Not applied: {shown} changed since the model last read it."))
+        }
+    };
+    let what = match change {
+        Change::Write => {
+            "so write_file did not overwrite it. Its current content follows. To change part of it, use edit_file; \
+             to replace all of it anyway, call write_file again."
+        }
+        Change::Edit => {
+            "so the edit was not applied: it could undo that change. Its current content follows; make your edit \
+             against it."
+        }
+    };
+    // The model sees the current text now, so its next attempt goes through.
+    ctx.seen.record(path, current);
+    let shown_text = match Page::of(current, None, None, ctx.limits) {
+        Ok(page) => page.with_note(ctx.limits),
+        Err(_) => format!("({shown} is now empty.)"),
+    };
+    Some(ToolOutcome {
+        status: OutcomeStatus::Failed,
+        for_model: format!("{why}, {what}\n\n{shown_text}"),
+        content: vec![DisplayContent::Text(user)],
+        locations: None,
+        raw_output: Some(json!({ "path": path, "changedSinceRead": freshness == Freshness::Changed })),
+    })
+}
+
+/// The refusal for a path with a NUL character: no file can have one, and the
+/// operating system would reject it with a less helpful message.
+fn refuse_nul(path: &str, tool: &str) -> Option<ToolOutcome> {
+    path.contains('\0').then(|| {
+        ToolOutcome::failed(format!(
+            "The path \"{}\" contains a NUL character (\\0), which no file name can contain. Check the path and \
+             call {tool} again.",
+            path.escape_debug()
+        ))
+    })
 }
 
 /// A unified diff of `old` and `new` with three lines of context, headed
@@ -435,8 +565,23 @@ async fn race<T>(cancel: &CancellationToken, work: impl Future<Output = T>) -> O
     }
 }
 
-async fn is_directory(path: &Path) -> bool {
-    tokio::fs::metadata(path).await.is_ok_and(|metadata| metadata.is_dir())
+/// What a path names on the local disk, symlinks followed.
+enum Kind {
+    /// Nothing, or nothing we may look at (the host then says why).
+    Missing,
+    File,
+    Directory,
+    /// A FIFO, socket or device, described for the model.
+    Special(&'static str),
+}
+
+async fn kind_of(path: &Path) -> Kind {
+    match tokio::fs::metadata(path).await {
+        Ok(metadata) if metadata.is_dir() => Kind::Directory,
+        Ok(metadata) if metadata.is_file() => Kind::File,
+        Ok(metadata) => Kind::Special(special_kind(&metadata)),
+        Err(_) => Kind::Missing,
+    }
 }
 
 /// Binary content the editor handed over as text (the local host refuses it
@@ -505,6 +650,33 @@ impl Page {
         }
         body.truncate(body.trim_end_matches('\n').len());
         Ok(Page { body, first, last, total, capped_by_bytes })
+    }
+
+    /// Whether the file goes on after this page.
+    fn more(&self) -> bool {
+        self.last < self.total
+    }
+
+    /// The numbered lines, followed, when the file goes on, by a note saying
+    /// how to read the rest.
+    fn with_note(self, limits: &ToolLimits) -> String {
+        let mut text = self.body;
+        if self.last < self.total {
+            let capped = if self.capped_by_bytes {
+                format!(" (output is limited to {})", size_text(limits.read_max_bytes as u64))
+            } else {
+                String::new()
+            };
+            let _ = write!(
+                text,
+                "\n\n[Showing lines {}-{} of {}{capped}. Call read_file with offset={} to read more.]",
+                self.first,
+                self.last,
+                self.total,
+                self.last + 1
+            );
+        }
+        text
     }
 }
 
@@ -720,6 +892,13 @@ fn closest_region(text: &str, needle: &str) -> Option<(usize, String)> {
         if key.is_empty() {
             continue;
         }
+        // Dice is at most 2·min/(a+b), below the 0.5 threshold once one side
+        // has over three times the pairs of the other: skipping those lines
+        // changes no answer and spares sorting the pairs of a huge line.
+        let key_pairs = key.chars().count() - 1;
+        if key_pairs > 3 * anchor_pairs.len() || anchor_pairs.len() > 3 * key_pairs {
+            continue;
+        }
         let score = if key == anchor { 1.0 } else { dice(&anchor_pairs, &pairs(&key)) };
         if best.is_none_or(|(top, _)| score > top) {
             best = Some((score, index));
@@ -839,6 +1018,7 @@ mod tests {
 
     use super::*;
     use crate::tools::local::LocalHost;
+    use crate::tools::versions::FileVersions;
     use crate::tools::{Progress, prepare};
 
     struct Fixture {
@@ -846,6 +1026,7 @@ mod tests {
         roots: Vec<PathBuf>,
         cancel: CancellationToken,
         limits: ToolLimits,
+        seen: FileVersions,
     }
 
     fn no_progress(_: Progress) {}
@@ -854,7 +1035,13 @@ mod tests {
         fn new() -> Self {
             let dir = tempfile::tempdir().unwrap();
             let roots = vec![dir.path().to_path_buf()];
-            Self { dir, roots, cancel: CancellationToken::new(), limits: ToolLimits::default() }
+            Self {
+                dir,
+                roots,
+                cancel: CancellationToken::new(),
+                limits: ToolLimits::default(),
+                seen: FileVersions::default(),
+            }
         }
 
         fn cwd(&self) -> &Path {
@@ -880,6 +1067,7 @@ mod tests {
                 cancel: &self.cancel,
                 limits: &self.limits,
                 progress: &no_progress,
+                seen: &self.seen,
             }
         }
 
@@ -1050,10 +1238,14 @@ mod tests {
         let fx = Fixture::new();
         let path = fx.file("conf/secret.toml", "a = 1\n");
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+        fx.read(json!({"path": "conf/secret.toml"})).await;
         let out = fx.write(json!({"path": "conf/secret.toml", "content": "a = 2\n"})).await;
-        assert_eq!(out.status, OutcomeStatus::Completed);
+        assert_eq!(out.status, OutcomeStatus::Completed, "{}", out.for_model);
         assert_eq!(fx.content("conf/secret.toml"), "a = 2\n");
         assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777, 0o640);
+        let out = fx.edit(json!({"path": "conf/secret.toml", "old_string": "2", "new_string": "3"})).await;
+        assert_eq!(out.status, OutcomeStatus::Completed, "{}", out.for_model);
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777, 0o640, "edits keep it too");
         let names: Vec<_> = std::fs::read_dir(fx.cwd().join("conf")).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names, vec![std::ffi::OsString::from("secret.toml")]);
     }
@@ -1211,6 +1403,200 @@ mod tests {
         assert!(diff.starts_with("--- a/src/x.rs\n+++ b/src/x.rs\n@@ -1,3 +1,3 @@\n"), "{diff}");
         assert!(diff.contains("-b\n+B\n"), "{diff}");
         assert_eq!(unified_diff("same", "same", "x"), "");
+    }
+
+    #[tokio::test]
+    async fn changes_behind_the_models_back_are_not_overwritten() {
+        let fx = Fixture::new();
+        fx.file("app.rs", "fn main() {\n    run();\n}\n");
+        let read = fx.read(json!({"path": "app.rs", "offset": 2, "limit": 1})).await;
+        assert_eq!(read.status, OutcomeStatus::Completed);
+        // The user changes the file after the model read (part of) it.
+        fx.file("app.rs", "fn main() {\n    setup();\n    run();\n}\n");
+
+        let edit = json!({"path": "app.rs", "old_string": "    run();", "new_string": "    run_fast();"});
+        let refused = fx.edit(edit.clone()).await;
+        assert_eq!(refused.status, OutcomeStatus::Failed);
+        assert!(refused.for_model.starts_with("app.rs changed since you last read it"), "{}", refused.for_model);
+        assert!(refused.for_model.contains("the edit was not applied"), "{}", refused.for_model);
+        assert!(
+            refused.for_model.ends_with("     2\t    setup();\n     3\t    run();\n     4\t}"),
+            "{}",
+            refused.for_model
+        );
+        assert_eq!(
+            refused.content,
+            vec![DisplayContent::Text("Not applied: app.rs changed since the model last read it.".into())]
+        );
+        assert_eq!(fx.content("app.rs"), "fn main() {\n    setup();\n    run();\n}\n", "the user's change is kept");
+
+        // The model has now seen the current text: the same edit goes through.
+        let applied = fx.edit(edit).await;
+        assert_eq!(applied.status, OutcomeStatus::Completed, "{}", applied.for_model);
+        assert_eq!(fx.content("app.rs"), "fn main() {\n    setup();\n    run_fast();\n}\n");
+
+        // Its own writes count as seen; a change after them is caught again.
+        fx.file("app.rs", "// formatted by the user\n");
+        let write = fx.write(json!({"path": "app.rs", "content": "fn main() {}\n"})).await;
+        assert_eq!(write.status, OutcomeStatus::Failed);
+        assert!(
+            write.for_model.contains("so write_file did not overwrite it. Its current content follows."),
+            "{}",
+            write.for_model
+        );
+        assert!(write.for_model.ends_with("     1\t// formatted by the user"), "{}", write.for_model);
+        assert_eq!(fx.content("app.rs"), "// formatted by the user\n");
+        let write = fx.write(json!({"path": "app.rs", "content": "fn main() {}\n"})).await;
+        assert_eq!(write.status, OutcomeStatus::Completed, "{}", write.for_model);
+
+        // Emptied behind its back: said plainly.
+        fx.file("app.rs", "");
+        let emptied = fx.edit(json!({"path": "app.rs", "old_string": "main", "new_string": "start"})).await;
+        assert!(emptied.for_model.ends_with("(app.rs is now empty.)"), "{}", emptied.for_model);
+    }
+
+    #[tokio::test]
+    async fn unread_files_may_be_edited_but_not_overwritten_unseen() {
+        let fx = Fixture::new();
+        fx.file("notes.md", "# Notes\nkeep me\n");
+        // An exact old_string shows the model knows the part it changes.
+        let edit = fx.edit(json!({"path": "notes.md", "old_string": "# Notes", "new_string": "# My notes"})).await;
+        assert_eq!(edit.status, OutcomeStatus::Completed, "{}", edit.for_model);
+
+        fx.file("todo.md", "- call mum\n");
+        let write = fx.write(json!({"path": "todo.md", "content": "- nothing\n"})).await;
+        assert_eq!(write.status, OutcomeStatus::Failed);
+        assert!(
+            write.for_model.starts_with(
+                "todo.md already exists and you have not read it yet, so write_file did not overwrite it."
+            ),
+            "{}",
+            write.for_model
+        );
+        assert!(write.for_model.ends_with("     1\t- call mum"), "{}", write.for_model);
+        assert_eq!(write.raw_output, Some(json!({"path": fx.cwd().join("todo.md"), "changedSinceRead": false})));
+        assert_eq!(fx.content("todo.md"), "- call mum\n");
+        let again = fx.write(json!({"path": "todo.md", "content": "- nothing\n"})).await;
+        assert_eq!(again.status, OutcomeStatus::Completed, "having seen it, the model may replace it");
+        assert_eq!(fx.content("todo.md"), "- nothing\n");
+
+        // Nothing to lose in an empty file.
+        fx.file("empty.txt", "");
+        let out = fx.write(json!({"path": "empty.txt", "content": "x"})).await;
+        assert_eq!(out.status, OutcomeStatus::Completed, "{}", out.for_model);
+    }
+
+    #[tokio::test]
+    async fn paths_with_nul_are_refused_clearly() {
+        let fx = Fixture::new();
+        for out in [
+            fx.read(json!({"path": "src/a\0.rs"})).await,
+            fx.write(json!({"path": "a\0b", "content": "x"})).await,
+            fx.edit(json!({"path": "a\0b", "old_string": "x", "new_string": "y"})).await,
+        ] {
+            assert_eq!(out.status, OutcomeStatus::Failed);
+            assert!(
+                out.for_model.contains("\\0") && out.for_model.contains("\" contains a NUL character"),
+                "{}",
+                out.for_model
+            );
+            assert!(!out.for_model.contains('\0'), "the message itself has no NUL: {:?}", out.for_model);
+        }
+        let call = prepare("write_file", r#"{"path": "a\u0000b", "content": "x"}"#, fx.cwd()).unwrap();
+        assert!(call.description.title.starts_with("Create "), "describing it does not fail either");
+        assert_eq!(std::fs::read_dir(fx.cwd()).unwrap().count(), 0, "nothing was created");
+    }
+
+    /// A host whose reads never finish, like an editor asked to read `/dev/zero`.
+    struct HangingHost;
+
+    impl crate::tools::Host for HangingHost {
+        fn read_text_file<'a>(&'a self, _: &'a Path) -> futures_util::future::BoxFuture<'a, Result<String, HostError>> {
+            Box::pin(std::future::pending())
+        }
+        fn write_text_file<'a>(
+            &'a self,
+            _: &'a Path,
+            _: &'a str,
+        ) -> futures_util::future::BoxFuture<'a, Result<(), HostError>> {
+            Box::pin(std::future::pending())
+        }
+        fn reads_via_client(&self) -> bool {
+            true
+        }
+        fn terminals(&self) -> Option<&dyn crate::tools::Terminals> {
+            None
+        }
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn devices_are_refused_whoever_serves_reads() {
+        let fx = Fixture::new();
+        std::os::unix::fs::symlink("/dev/zero", fx.cwd().join("zeros")).unwrap();
+        let ctx = ToolContext { host: &HangingHost, ..fx.ctx() };
+        fn args<T: serde::de::DeserializeOwned>(value: Value) -> T {
+            serde_json::from_value(value).unwrap()
+        }
+        let outcomes = tokio::time::timeout(Duration::from_secs(5), async {
+            vec![
+                read_file(args(json!({"path": "/dev/zero"})), &ctx).await,
+                read_file(args(json!({"path": "/dev/urandom"})), &ctx).await,
+                read_file(args(json!({"path": "zeros"})), &ctx).await,
+                write_file(args(json!({"path": "/dev/null", "content": "x"})), &ctx).await,
+                edit_file(args(json!({"path": "zeros", "old_string": "a", "new_string": "b"})), &ctx).await,
+            ]
+        })
+        .await
+        .expect("no device is ever read");
+        for out in outcomes {
+            assert_eq!(out.status, OutcomeStatus::Failed);
+            assert!(out.for_model.contains("is a device, not a regular file"), "{}", out.for_model);
+        }
+    }
+
+    #[tokio::test]
+    async fn very_long_files_and_lines_are_paged_and_cut() {
+        let fx = Fixture::new();
+        let text: String = (1..=100_000).map(|n| format!("line {n}\n")).collect();
+        fx.file("long.log", &text);
+        let out = fx.read(json!({"path": "long.log"})).await;
+        assert!(out.for_model.starts_with(&numbered(1..=2000)), "the default page");
+        assert!(
+            out.for_model.ends_with("[Showing lines 1-2000 of 100000. Call read_file with offset=2001 to read more.]"),
+            "{}",
+            &out.for_model[out.for_model.len() - 200..]
+        );
+        let last = fx.read(json!({"path": "long.log", "offset": 99_999})).await;
+        assert_eq!(last.for_model, numbered(99_999..=100_000));
+
+        // One 1 MiB line: cut to the line limit, well within the byte limit.
+        fx.file("minified.js", &format!("{}\nend\n", "x".repeat(1 << 20)));
+        let out = fx.read(json!({"path": "minified.js"})).await;
+        let expected = format!("     1\t{}… [line cut: 1048576 characters in total]\n     2\tend", "x".repeat(2000));
+        assert_eq!(out.for_model, expected);
+        // Wide lines: the byte limit ends the page before the line count does.
+        fx.file("wide.csv", &format!("{}\n", "y".repeat(1000)).repeat(1000));
+        let out = fx.read(json!({"path": "wide.csv"})).await;
+        assert!(
+            out.for_model.contains("of 1000 (output is limited to 256.0 KiB)"),
+            "{}",
+            &out.for_model[out.for_model.len() - 200..]
+        );
+
+        // Edits in such a file work, and the editor is not sent megabytes of diff.
+        let missing =
+            fx.edit(json!({"path": "minified.js", "old_string": "let answer = 42;", "new_string": "x"})).await;
+        assert_eq!(missing.status, OutcomeStatus::Failed);
+        assert!(missing.for_model.ends_with("retry with text copied exactly."), "{}", missing.for_model);
+        let edit = fx.edit(json!({"path": "minified.js", "old_string": "end", "new_string": "fin"})).await;
+        assert_eq!(edit.status, OutcomeStatus::Completed, "{}", edit.for_model);
+        assert_eq!(
+            edit.content,
+            vec![DisplayContent::Text(
+                "Applied 1 edit to minified.js. The file is too large to show as a diff.".into()
+            )]
+        );
     }
 
     #[test]

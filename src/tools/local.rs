@@ -8,10 +8,21 @@
 //! target's directory, flushed to disk, then renamed over it) and keep the
 //! existing file's permissions. It knows nothing of tools, models or ACP; its
 //! error messages are written for the model to read.
+//!
+//! Atomic means a reader, or the user after lathe is killed at any instant,
+//! finds either the old file or the new one, never a mix or a truncation. A
+//! kill before the rename leaves the hidden temporary file
+//! (`.<name>.<random>.lathe-tmp`) behind; the next write to the same file
+//! removes such leftovers once they are [`STALE_TEMP_AGE`] old. Because the
+//! new file replaces the old one by rename, a write through a hard link gives
+//! that name a new file and leaves the other names (possibly outside the
+//! project) with the old content; a write through a symlink rewrites the
+//! link's target and keeps the link.
 
 use std::fs::{File, Metadata};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 use futures_util::future::BoxFuture;
 
@@ -22,6 +33,17 @@ pub const MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Bytes inspected for a NUL byte when deciding whether a file is binary.
 pub const BINARY_SNIFF_BYTES: usize = 8 * 1024;
+
+/// Age at which a leftover temporary file of a killed write is removed. A
+/// write in progress is done in seconds; and removing a temporary file still
+/// in use would only make that write fail, never touch its target.
+pub const STALE_TEMP_AGE: Duration = Duration::from_secs(10 * 60);
+
+/// How temporary files of writes end, so they can be recognised.
+const TEMP_SUFFIX: &str = ".lathe-tmp";
+
+/// Random characters in a temporary file's name, between the prefix and the suffix.
+const TEMP_RANDOM_CHARS: usize = 6;
 
 /// Files and no terminals, straight on the local disk.
 #[derive(Debug, Clone, Copy, Default)]
@@ -111,8 +133,10 @@ fn binary(path: &Path, size: u64) -> HostError {
     HostError::Other(format!("{} is a binary file ({}); only text files can be read.", path.display(), size_text(size)))
 }
 
+/// What a file that is neither a regular file nor a directory is, for messages:
+/// "a named pipe (FIFO)", "a socket", "a device".
 #[cfg(unix)]
-fn special_kind(metadata: &Metadata) -> &'static str {
+pub fn special_kind(metadata: &Metadata) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
     let kind = metadata.file_type();
     if kind.is_fifo() {
@@ -126,8 +150,9 @@ fn special_kind(metadata: &Metadata) -> &'static str {
     }
 }
 
+/// What a file that is neither a regular file nor a directory is, for messages.
 #[cfg(not(unix))]
-fn special_kind(_metadata: &Metadata) -> &'static str {
+pub fn special_kind(_metadata: &Metadata) -> &'static str {
     "a special file"
 }
 
@@ -163,7 +188,7 @@ pub fn write_text_blocking(path: &Path, content: &str) -> Result<(), HostError> 
     // shortened so the temporary name stays within the file system's limit.
     let prefix = format!(".{}.", name.chars().take(64).collect::<String>());
     let mut builder = tempfile::Builder::new();
-    builder.prefix(&prefix).suffix(".lathe-tmp");
+    builder.prefix(&prefix).rand_bytes(TEMP_RANDOM_CHARS).suffix(TEMP_SUFFIX);
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -179,7 +204,38 @@ pub fn write_text_blocking(path: &Path, content: &str) -> Result<(), HostError> 
     // On failure the temporary file is removed when the error is dropped.
     temp.persist(&target).map_err(|err| io_error("write", path, &err.error))?;
     sync_dir(dir);
+    remove_stale_temps(dir, &prefix);
     Ok(())
+}
+
+/// Removes the temporary files earlier writes to the same file left behind
+/// when lathe was killed before renaming them. Best effort.
+fn remove_stale_temps(dir: &Path, prefix: &str) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let now = SystemTime::now();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        // Exactly this file's shape, so another file's name that merely starts alike is left alone.
+        let ours = name.to_str().is_some_and(|name| {
+            name.len() == prefix.len() + TEMP_RANDOM_CHARS + TEMP_SUFFIX.len()
+                && name.starts_with(prefix)
+                && name.ends_with(TEMP_SUFFIX)
+        });
+        if !ours {
+            continue;
+        }
+        // Not following links: only a regular file this code could have made.
+        let stale = entry
+            .metadata()
+            .ok()
+            .filter(Metadata::is_file)
+            .and_then(|metadata| metadata.modified().ok())
+            .and_then(|modified| now.duration_since(modified).ok())
+            .is_some_and(|age| age >= STALE_TEMP_AGE);
+        if stale && let Err(err) = std::fs::remove_file(entry.path()) {
+            tracing::debug!(path = %entry.path().display(), %err, "could not remove a stale temporary file");
+        }
+    }
 }
 
 /// Where a write to `path` should land: the target of a symlink, so the link
@@ -322,6 +378,90 @@ mod tests {
         LocalHost.write_text_file(&fresh, "x").await.unwrap();
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&fresh), mode(&reference));
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn devices_are_refused_without_reading() {
+        for device in ["/dev/zero", "/dev/urandom", "/dev/null"] {
+            let path = Path::new(device);
+            let read = tokio::time::timeout(std::time::Duration::from_secs(5), LocalHost.read_text_file(path))
+                .await
+                .expect("reading a device must not block");
+            let err = read.unwrap_err().to_string();
+            assert!(err.contains("is a device, not a regular file"), "{device}: {err}");
+        }
+        let err = LocalHost.write_text_file(Path::new("/dev/null"), "x").await.unwrap_err().to_string();
+        assert!(err.contains("a device, not a regular file; refusing"), "{err}");
+    }
+
+    #[test]
+    fn files_over_the_limit_are_refused_before_reading() {
+        let dir = tempfile::tempdir().unwrap();
+        let huge = dir.path().join("huge.log");
+        // Sparse: the size is real, the disk space is not.
+        File::create(&huge).unwrap().set_len(MAX_FILE_BYTES + 1).unwrap();
+        let err = read(&huge).unwrap_err().to_string();
+        assert!(err.contains("too large to read (64.0 MiB); the limit is 64.0 MiB"), "{err}");
+    }
+
+    #[test]
+    fn paths_with_nul_fail_cleanly() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a\0b");
+        assert!(read(&path).is_err());
+        assert!(write_text_blocking(&path, "x").is_err());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "nothing was created");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn symlink_loops_fail_without_hanging() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        std::os::unix::fs::symlink(&b, &a).unwrap();
+        std::os::unix::fs::symlink(&a, &b).unwrap();
+        assert!(read(&a).is_err());
+        let err = write_text_blocking(&a, "x").unwrap_err().to_string();
+        assert!(err.contains("Cannot write"), "{err}");
+    }
+
+    /// Writes replace the file by rename, so a hard link planted in the
+    /// project cannot be used to change the file it shares with a place
+    /// outside; that name now has the new content, the other keeps the old.
+    #[cfg(unix)]
+    #[test]
+    fn writes_through_a_hard_link_leave_the_other_name_alone() {
+        let outside = tempfile::tempdir().unwrap();
+        let project = tempfile::tempdir().unwrap();
+        let original = outside.path().join("bashrc");
+        std::fs::write(&original, "old\n").unwrap();
+        let link = project.path().join("bashrc");
+        std::fs::hard_link(&original, &link).unwrap();
+        write_text_blocking(&link, "new\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&link).unwrap(), "new\n");
+        assert_eq!(std::fs::read_to_string(&original).unwrap(), "old\n", "the file outside is untouched");
+    }
+
+    #[test]
+    fn stale_temporary_files_are_removed_by_the_next_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("c.txt");
+        let backdate = |name: &str, age: Duration| {
+            let path = dir.path().join(name);
+            let file = File::create(&path).unwrap();
+            file.set_modified(SystemTime::now() - age).unwrap();
+            path
+        };
+        let hour = Duration::from_secs(3600);
+        let stale = backdate(".c.txt.Ab12Cd.lathe-tmp", hour);
+        let in_use = backdate(".c.txt.Zz99Yy.lathe-tmp", Duration::ZERO);
+        let other_file = backdate(".c.txt.old.Ab12Cd.lathe-tmp", hour);
+        let not_ours = backdate(".c.txt.Ab12Cd.tmp", hour);
+        write_text_blocking(&target, "x").unwrap();
+        assert!(!stale.exists(), "a stale temporary file of this target is removed");
+        assert!(in_use.exists(), "a recent one may belong to a write in progress");
+        assert!(other_file.exists() && not_ours.exists(), "other files are left alone");
     }
 
     #[test]

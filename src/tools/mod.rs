@@ -20,6 +20,7 @@ pub mod local;
 pub mod paths;
 pub mod search;
 pub mod shell;
+pub mod versions;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -429,6 +430,8 @@ pub struct ToolContext<'a> {
     pub limits: &'a ToolLimits,
     /// Things the user should see while the tool runs.
     pub progress: &'a (dyn Fn(Progress) + Send + Sync),
+    /// The file versions the model has seen this session.
+    pub seen: &'a versions::FileVersions,
 }
 
 /// Why the host could not do something; the message is for the model.

@@ -4,6 +4,12 @@
 //! "Inside" is decided on the real location: symlinks are followed (for the
 //! deepest part of the path that exists), so a link inside the project that
 //! points elsewhere counts as outside. `..` is resolved lexically first.
+//!
+//! A hard link has no "real" location to follow: every name of a file is
+//! equally its own, so one inside a root counts as inside. Reading it reads
+//! the shared content, which someone already placed in the project; writing
+//! it replaces that name by rename (see [`super::local`]), so the names
+//! elsewhere keep the old content and nothing outside the roots changes.
 
 use std::path::{Component, Path, PathBuf};
 

@@ -9,7 +9,10 @@
 //! started: an editor terminal is always released, and a local command runs
 //! in its own process group that is killed as a whole — on timeout, on
 //! cancellation, when the run future is dropped, and once the command exits
-//! (so nothing it put in the background outlives it).
+//! (so nothing it put in the background outlives it). At shutdown every turn
+//! is cancelled, so the same kill runs for every command. A process that
+//! leaves the group (`setsid`, a daemon detaching itself) is out of reach:
+//! only a cgroup could contain it.
 //!
 //! Local children get: `sh -c <command>` in the requested directory, stdin
 //! from `/dev/null`, stdout and stderr piped to us (never our stdout, which
@@ -901,8 +904,16 @@ mod tests {
         let limits = ToolLimits::default();
         let roots = vec![dir.to_path_buf()];
         let progress = |_: Progress| {};
-        let ctx =
-            ToolContext { cwd: dir, roots: &roots, host: &LocalHost, cancel, limits: &limits, progress: &progress };
+        let seen = crate::tools::versions::FileVersions::default();
+        let ctx = ToolContext {
+            cwd: dir,
+            roots: &roots,
+            host: &LocalHost,
+            cancel,
+            limits: &limits,
+            progress: &progress,
+            seen: &seen,
+        };
         shell(args, &ctx).await
     }
 
@@ -935,6 +946,7 @@ mod tests {
             cancel: &cancel,
             limits: &limits,
             progress: &progress,
+            seen: &crate::tools::versions::FileVersions::default(),
         };
         let outcome = shell(args, &ctx).await;
         let calls = calls.lock().unwrap().clone();

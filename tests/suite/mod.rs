@@ -6,9 +6,15 @@
 
 mod cancel;
 mod cli;
+mod concurrency;
+mod file_safety;
+mod hygiene;
 mod mock_server;
 mod official_client;
 mod protocol;
+mod retries;
+mod sessions;
+mod sse_split;
 mod tools;
 mod turns;
 mod upstream;

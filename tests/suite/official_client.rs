@@ -102,6 +102,7 @@ fn lathe_agent(home: &Path, base_url: &str, transcript: &Transcript) -> AcpAgent
         .arg(config.to_str().expect("temp paths are UTF-8"))
         .env("HOME", home.to_str().expect("temp paths are UTF-8"))
         .env("XDG_CONFIG_HOME", home.join(".config").to_str().expect("temp paths are UTF-8"))
+        .env("XDG_DATA_HOME", home.join(".local/share").to_str().expect("temp paths are UTF-8"))
         .env("NO_PROXY", LOOPBACK)
         .env("no_proxy", LOOPBACK);
     let transcript = transcript.clone();

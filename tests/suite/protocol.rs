@@ -35,7 +35,10 @@ async fn initialize_negotiates_version_1_and_describes_the_agent() {
         assert_eq!(caps["promptCapabilities"]["embeddedContext"], true);
         assert_eq!(caps["promptCapabilities"]["image"], false, "the test model is not marked vision = true");
         assert_ne!(caps["promptCapabilities"]["audio"], true);
-        assert_ne!(caps["loadSession"], true, "session/load is not implemented yet");
+        assert_eq!(caps["loadSession"], true, "sessions are saved under the test home");
+        for capability in ["list", "resume", "close", "delete", "additionalDirectories"] {
+            assert_eq!(caps["sessionCapabilities"][capability], json!({}), "{capability}");
+        }
         assert_eq!(result["authMethods"], json!([]));
     }
     h.agent.assert_stdout_is_only_jsonrpc();

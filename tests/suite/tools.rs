@@ -468,7 +468,8 @@ async fn modes_and_the_mode_option_stay_in_sync() {
     let ids: Vec<&str> =
         result["modes"]["availableModes"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
     assert_eq!(ids, ["read-only", "ask", "accept-edits", "full-auto"]);
-    let option = &result["configOptions"][0];
+    let option = &result["configOptions"][1];
+    assert_eq!(result["configOptions"][0]["id"], "model");
     assert_eq!(option["id"], "mode");
     assert_eq!(option["category"], "mode");
     assert_eq!(option["currentValue"], "ask");
@@ -477,14 +478,14 @@ async fn modes_and_the_mode_option_stay_in_sync() {
     let (before, response) = h.agent.response(id).await;
     assert_eq!(response["result"], json!({}));
     let synced = updates_of_kind(&before, "config_option_update");
-    assert_eq!(synced[0]["configOptions"][0]["currentValue"], "accept-edits");
+    assert_eq!(synced[0]["configOptions"][1]["currentValue"], "accept-edits");
 
     let id = h
         .agent
         .request("session/set_config_option", json!({"sessionId": session, "configId": "mode", "value": "full-auto"}))
         .await;
     let (before, response) = h.agent.response(id).await;
-    assert_eq!(response["result"]["configOptions"][0]["currentValue"], "full-auto");
+    assert_eq!(response["result"]["configOptions"][1]["currentValue"], "full-auto");
     assert_eq!(updates_of_kind(&before, "current_mode_update")[0]["currentModeId"], "full-auto");
 
     let id = h.agent.request("session/set_mode", json!({"sessionId": session, "modeId": "yolo"})).await;

@@ -223,9 +223,10 @@ async fn a_plain_json_answer_is_read_like_a_stream() {
     assert_eq!(agent_text(&before), "Whole answer.");
 }
 
-/// Two prompts at once on one session: the second is refused clearly, the first goes on.
+/// A prompt that arrives while a turn runs is queued and runs next, in order;
+/// a queued prompt that is cancelled answers `cancelled` and never runs.
 #[tokio::test]
-async fn a_second_prompt_while_one_runs_is_refused() {
+async fn prompts_that_arrive_while_a_turn_runs_are_queued() {
     let mut h = Harness::start().await;
     let session = h.session().await;
     h.mock.push(Reply::Sse(vec![
@@ -236,12 +237,27 @@ async fn a_second_prompt_while_one_runs_is_refused() {
         ev_finish("stop"),
         Step::Done,
     ]));
+    h.mock.push(text_reply("second answer"));
     let first = prompt(&mut h.agent, &session, "one").await;
     let second = prompt(&mut h.agent, &session, "two").await;
-    let (early, refused) = h.agent.response(second).await;
-    assert_eq!(refused["error"]["code"], -32600, "{refused}");
-    assert!(refused["error"]["message"].as_str().unwrap().contains("still answering"), "{refused}");
-    let (late, response) = h.agent.response(first).await;
+    let (early, response) = h.agent.response(first).await;
     assert_eq!(response["result"]["stopReason"], "end_turn");
-    assert_eq!(agent_text(&early) + &agent_text(&late), "slow answer");
+    assert_eq!(agent_text(&early), "slow answer");
+    let (late, response) = h.agent.response(second).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    assert_eq!(agent_text(&late), "second answer");
+    let requests = h.mock.requests();
+    assert_eq!(requests[1].body["messages"][3]["content"], "two", "the second ran after the first, with its history");
+
+    // Cancelled while queued: it answers cancelled and never reaches the model.
+    h.mock.push(Reply::Sse(vec![ev_role(), ev_text("stuck"), Step::Stall]));
+    let running = prompt(&mut h.agent, &session, "three").await;
+    let queued = prompt(&mut h.agent, &session, "four").await;
+    h.agent.notify("$/cancel_request", json!({"requestId": queued})).await;
+    let (_, response) = h.agent.response(queued).await;
+    assert_eq!(response["result"]["stopReason"], "cancelled");
+    h.agent.notify("session/cancel", json!({"sessionId": session})).await;
+    let (_, response) = h.agent.response(running).await;
+    assert_eq!(response["result"]["stopReason"], "cancelled");
+    assert_eq!(h.mock.requests().len(), 3, "the cancelled queued prompt never reached the model");
 }

@@ -25,9 +25,12 @@ async fn still_usable(h: &mut Harness, session: &str) {
     assert_eq!(agent_text(&before), "recovered");
 }
 
+/// Retrying is tested in `retries.rs`; here every failure is final.
+const NO_RETRIES: &str = "[network]\nmax_retries = 0\n";
+
 #[tokio::test]
 async fn http_errors_carry_status_kind_and_the_providers_message() {
-    let mut h = Harness::start().await;
+    let mut h = Harness::with_config(NO_RETRIES).await;
     let session = h.session().await;
     for (status, message, kind) in [
         (401, "Incorrect API key provided", "auth"),
@@ -93,7 +96,7 @@ async fn an_unreachable_endpoint_is_a_network_error() {
     let mut h = Harness::start().await;
     // Point the config at a port nobody listens on.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    let config = crate::support::write_config(h.home.path(), &format!("http://{closed}/v1"), "");
+    let config = crate::support::write_config(h.home.path(), &format!("http://{closed}/v1"), NO_RETRIES);
     h.agent =
         crate::support::acp_client::AgentProcess::spawn(&["--config", config.to_str().unwrap()], &[], h.home.path());
     let session = h.session().await;

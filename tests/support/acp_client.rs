@@ -101,6 +101,8 @@ impl AgentProcess {
         command
             .env("HOME", home)
             .env("XDG_CONFIG_HOME", home.join(".config"))
+            // Sessions are saved under the temporary home, never the developer's.
+            .env("XDG_DATA_HOME", home.join(".local").join("share"))
             // The mock model server is on loopback; never route it via a proxy.
             .env("NO_PROXY", LOOPBACK)
             .env("no_proxy", LOOPBACK);
@@ -264,6 +266,11 @@ impl AgentProcess {
         lock(&self.stderr).clone()
     }
 
+    /// Kills the agent with SIGKILL (no chance to clean up) and waits for it.
+    pub async fn kill_hard(&mut self) {
+        self.child.kill().await.expect("kill the agent");
+    }
+
     /// The agent's process id.
     pub fn pid(&self) -> u32 {
         self.pid
@@ -370,10 +377,18 @@ pub async fn handshake(agent: &mut AgentProcess, client_capabilities: Value, cwd
 
     let id = agent.request("session/new", json!({"cwd": cwd, "mcpServers": []})).await;
     let (_, response) = agent.response(id).await;
-    match response["result"]["sessionId"].as_str() {
+    let session_id = match response["result"]["sessionId"].as_str() {
         Some(session_id) => session_id.to_owned(),
         None => panic!("session/new failed: {response}\n--- agent stderr ---\n{}", agent.stderr()),
-    }
+    };
+    // The slash commands follow the response; take them so tests start clean.
+    let commands = agent.next_message(DEFAULT_TIMEOUT).await;
+    assert_eq!(
+        commands.as_ref().map(|m| &m["params"]["update"]["sessionUpdate"]),
+        Some(&json!("available_commands_update")),
+        "session/new is followed by the slash commands: {commands:?}"
+    );
+    session_id
 }
 
 /// Sends `session/prompt` with a single text block and returns the request id.

@@ -47,6 +47,15 @@ impl Harness {
         Harness { mock, agent, project, home }
     }
 
+    /// Kills the agent hard (SIGKILL) and starts a new one on the same home,
+    /// config and data directory.
+    pub async fn restart(&mut self) {
+        self.agent.kill_hard().await;
+        let config = self.home.path().join("config.toml");
+        let config = config.to_string_lossy().into_owned();
+        self.agent = AgentProcess::spawn(&["--config", &config], &[], self.home.path());
+    }
+
     /// `initialize` with no client capabilities, then `session/new` in the project.
     pub async fn session(&mut self) -> String {
         self.session_with(json!({})).await

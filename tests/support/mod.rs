@@ -12,6 +12,7 @@ pub mod acp_client;
 pub mod editor;
 pub mod harness;
 pub mod mock_openai;
+pub mod sse;
 
 use std::path::{Path, PathBuf};
 

@@ -1,0 +1,321 @@
+//! `session/prompt`: queueing, slash commands, titles, and running the turn.
+//!
+//! A prompt that arrives while the session is busy is queued behind the
+//! running turn and runs next; it answers `cancelled` if it is cancelled
+//! (by `session/cancel` or `$/cancel_request`) while it waits. The turn is
+//! registered before its task starts, so a cancel that follows the prompt
+//! immediately always reaches it.
+
+use std::sync::Arc;
+
+use agent_client_protocol_schema::v1::{
+    ContentBlock, ContentChunk, PromptRequest, PromptResponse, SessionId, SessionInfoUpdate, SessionUpdate,
+    StopReason as AcpStopReason,
+};
+use serde_json::Value;
+
+use super::client::{ClientApprover, ClientHost};
+use super::updates::SessionEvents;
+use super::{INVALID_PARAMS, RequestId, RpcError, Server, lock, options, parse_params, prompt};
+use crate::agent::{AgentEvent, Compaction, EventSink, StopReason, Turn, TurnError, Workspace};
+use crate::commands::{self, CommandKind};
+use crate::model::UserPart;
+use crate::session::TurnGuard;
+use crate::store::now_rfc3339;
+use crate::tools::ToolLimits;
+
+const INIT_PROMPT: &str = include_str!("../../prompts/init.md");
+
+/// Longest title derived from a prompt, in characters.
+const TITLE_CHARS: usize = 60;
+
+/// What a prompt asks for.
+enum Request {
+    /// A turn with the model.
+    Turn(Vec<UserPart>),
+    /// A built-in command lathe runs itself.
+    Builtin(CommandKind, String),
+}
+
+impl Server {
+    pub(super) fn prompt(self: &Arc<Self>, id: RequestId, params: Value) {
+        let started = (|| {
+            let request: PromptRequest = parse_params(params)?;
+            let session = self.session(&request.session_id)?;
+            let model_key = session.choices().model_key;
+            let model = self.config.models.get(&model_key);
+            let vision = model.is_some_and(|m| m.vision);
+            let model_name = model.map_or(model_key.as_str(), |m| m.model.as_str());
+            let parts = prompt::to_user_parts(request.prompt, vision, model_name)
+                .map_err(|err| RpcError::new(INVALID_PARAMS, format!("Invalid params: {err}")))?;
+            Ok::<_, RpcError>((session, parts))
+        })();
+        let (session, parts) = match started {
+            Ok(started) => started,
+            Err(error) => return self.outbox.respond_err(&id, &error),
+        };
+        let queued = session.enqueue_turn();
+        let request_key = id.to_string();
+        lock(&self.cancellable).insert(request_key.clone(), queued.token().clone());
+        let server = Arc::clone(self);
+        self.tasks.spawn(async move {
+            let token = queued.token().clone();
+            let response = match queued.start().await {
+                Some(mut turn) => server.run_prompt(&mut turn, parts).await,
+                None => Ok(StopReason::Cancelled),
+            };
+            // ACP: once the user cancelled, the answer is `cancelled`, whatever
+            // the aborted operations returned.
+            let response = match response {
+                _ if token.is_cancelled() => Ok(PromptResponse::new(AcpStopReason::Cancelled)),
+                Ok(stop) => Ok(PromptResponse::new(super::to_acp_stop_reason(stop))),
+                Err(err) => Err(super::turn_error_to_rpc(&err)),
+            };
+            lock(&server.cancellable).remove(&request_key);
+            server.outbox.respond(&id, response);
+            server.save_meta(&session);
+        });
+    }
+
+    /// Runs one prompt on a session whose conversation this turn holds.
+    async fn run_prompt(&self, turn: &mut TurnGuard, parts: Vec<UserPart>) -> Result<StopReason, TurnError> {
+        let session = Arc::clone(turn.session());
+        let events = self.events(&session);
+        // What the user typed is part of what they saw: record it for replay.
+        for part in &parts {
+            if let UserPart::Text { text } = part {
+                events
+                    .record_only(SessionUpdate::UserMessageChunk(ContentChunk::new(ContentBlock::from(text.as_str()))));
+            }
+        }
+        if session.title().is_none()
+            && let Some(title) = derive_title(&parts)
+        {
+            session.set_title(Some(title.clone()));
+            self.save_meta(&session);
+            let info = SessionInfoUpdate::new().title(title).updated_at(now_rfc3339());
+            events.send_unrecorded(SessionUpdate::SessionInfoUpdate(info));
+        }
+        match self.classify(&session, parts) {
+            Request::Turn(parts) => self.run_turn(turn, &events, parts).await,
+            Request::Builtin(kind, arguments) => self.run_builtin(turn, &events, kind, &arguments).await,
+        }
+    }
+
+    /// A prompt that is a slash command becomes what the command does.
+    fn classify(&self, session: &crate::session::Session, parts: Vec<UserPart>) -> Request {
+        let [UserPart::Text { text }] = parts.as_slice() else { return Request::Turn(parts) };
+        let Some((name, arguments)) = commands::parse_invocation(text) else { return Request::Turn(parts) };
+        let available = commands::available(&session.setup().cwd, self.config.user_dir.as_deref());
+        match available.into_iter().find(|command| command.name == name).map(|command| command.kind) {
+            Some(CommandKind::Custom { template }) => {
+                Request::Turn(vec![UserPart::Text { text: commands::expand(&template, arguments) }])
+            }
+            Some(CommandKind::Init) => {
+                let mut text = INIT_PROMPT.trim().to_owned();
+                if !arguments.is_empty() {
+                    text.push_str(&format!("\n\nThe user added: {arguments}"));
+                }
+                Request::Turn(vec![UserPart::Text { text }])
+            }
+            Some(kind) => Request::Builtin(kind, arguments.to_owned()),
+            // Not a command lathe knows (a path, say): an ordinary prompt.
+            None => Request::Turn(parts),
+        }
+    }
+
+    async fn run_turn(
+        &self,
+        turn: &mut TurnGuard,
+        events: &SessionEvents,
+        parts: Vec<UserPart>,
+    ) -> Result<StopReason, TurnError> {
+        let session = Arc::clone(turn.session());
+        let token = turn.token().clone();
+        let choices = session.choices();
+        let client = self.model_client(&choices.model_key, choices.thought_level.as_deref())?;
+        let session_id = SessionId::new(Arc::clone(session.id()));
+        let capabilities = self.client_capabilities.get().cloned().unwrap_or_default();
+        let host = ClientHost::new(self.outbox.clone(), session_id.clone(), &capabilities);
+        let approver = ClientApprover { outbox: self.outbox.clone(), session_id };
+        let roots = session.roots();
+        let limits = ToolLimits::default();
+        let runner = Turn {
+            client: &client,
+            settings: &self.config.agent,
+            events,
+            cancel: &token,
+            workspace: Workspace {
+                cwd: &session.setup().cwd,
+                roots: &roots,
+                host: &host,
+                approver: &approver,
+                policy: session.policy(),
+                limits: &limits,
+                seen: session.file_versions(),
+            },
+            tools: crate::tools::definitions(),
+            context: &self.config.context,
+        };
+        runner.run(turn.conversation(), parts).await
+    }
+
+    /// `/compact`, `/clear`, `/model`, `/mode`: answered by lathe itself.
+    async fn run_builtin(
+        &self,
+        turn: &mut TurnGuard,
+        events: &SessionEvents,
+        kind: CommandKind,
+        arguments: &str,
+    ) -> Result<StopReason, TurnError> {
+        let session = Arc::clone(turn.session());
+        let reply = match kind {
+            CommandKind::Clear => {
+                turn.conversation().reset(Vec::new());
+                "Started a fresh conversation: the model no longer sees the earlier messages. \
+                 They stay in this session's history."
+                    .to_owned()
+            }
+            CommandKind::Compact => {
+                let before = turn.conversation().messages().len();
+                let choices = session.choices();
+                let client = self.model_client(&choices.model_key, choices.thought_level.as_deref())?;
+                let token = turn.token().clone();
+                let host = crate::tools::local::LocalHost;
+                let approver = RefuseAll;
+                let roots = session.roots();
+                let limits = ToolLimits::default();
+                let runner = Turn {
+                    client: &client,
+                    settings: &self.config.agent,
+                    events,
+                    cancel: &token,
+                    workspace: Workspace {
+                        cwd: &session.setup().cwd,
+                        roots: &roots,
+                        host: &host,
+                        approver: &approver,
+                        policy: session.policy(),
+                        limits: &limits,
+                        seen: session.file_versions(),
+                    },
+                    tools: crate::tools::definitions(),
+                    context: &self.config.context,
+                };
+                match runner.compact(turn.conversation(), None).await {
+                    Compaction::Done { .. } => format!("Compacted {before} messages into a summary."),
+                    Compaction::NothingToDo => "There is nothing to compact yet.".to_owned(),
+                    Compaction::Cancelled => return Ok(StopReason::Cancelled),
+                    Compaction::Failed(error) => return Err(error.into()),
+                }
+            }
+            CommandKind::Model => self.model_command(&session, arguments),
+            CommandKind::Mode => self.mode_command(&session, arguments),
+            CommandKind::Init | CommandKind::Custom { .. } => {
+                // Both are turned into ordinary turns by `classify`.
+                return Ok(StopReason::EndTurn);
+            }
+        };
+        let message_id: Arc<str> = Arc::from(format!("cmd_{}", uuid::Uuid::new_v4().simple()));
+        events.emit(AgentEvent::AgentText { message_id, text: reply });
+        Ok(StopReason::EndTurn)
+    }
+
+    fn model_command(&self, session: &crate::session::Session, arguments: &str) -> String {
+        let current = session.choices().model_key;
+        if arguments.is_empty() {
+            let list: Vec<String> = self
+                .config
+                .models
+                .values()
+                .map(|m| {
+                    let marker = if m.key == current { " (current)" } else { "" };
+                    format!("- `{}`: {} at {}{marker}", m.key, m.model, m.base_url)
+                })
+                .collect();
+            return format!("Configured models:\n{}\n\nSwitch with `/model <name>`.", list.join("\n"));
+        }
+        match self.switch_model(session, arguments) {
+            Ok(name) => {
+                // The agent changed an option: tell the editor the complete state.
+                self.events(session).send_unrecorded(SessionUpdate::ConfigOptionUpdate(
+                    agent_client_protocol_schema::v1::ConfigOptionUpdate::new(options::config_options(
+                        &self.config,
+                        session,
+                    )),
+                ));
+                format!("Switched to {name}.")
+            }
+            Err(error) => error.message.trim_start_matches("Invalid params: ").to_owned(),
+        }
+    }
+
+    fn mode_command(&self, session: &crate::session::Session, arguments: &str) -> String {
+        if arguments.is_empty() {
+            let current = session.mode();
+            let list: Vec<String> = crate::permission::Mode::ALL
+                .iter()
+                .map(|m| {
+                    let marker = if *m == current { " (current)" } else { "" };
+                    format!("- `{}`: {}{marker}", m.id(), m.description())
+                })
+                .collect();
+            return format!("Modes:\n{}\n\nSwitch with `/mode <name>`.", list.join("\n"));
+        }
+        match options::parse_mode(arguments) {
+            Ok(mode) => {
+                self.switch_mode(session, mode, true);
+                format!("Switched to {} mode: {}.", mode.name(), mode.description().to_lowercase())
+            }
+            Err(error) => error.message.trim_start_matches("Invalid params: ").to_owned(),
+        }
+    }
+}
+
+/// `/compact` runs no tools; nothing is ever asked.
+struct RefuseAll;
+
+impl crate::permission::Approver for RefuseAll {
+    fn ask<'a>(
+        &'a self,
+        _question: &'a crate::permission::PermissionQuestion,
+    ) -> futures_util::future::BoxFuture<'a, Result<crate::permission::Answer, crate::permission::ApprovalError>> {
+        Box::pin(async { Ok(crate::permission::Answer::RejectOnce) })
+    }
+}
+
+/// A title from the first prompt: its first non-empty line, cut at a word
+/// boundary.
+fn derive_title(parts: &[UserPart]) -> Option<String> {
+    let text = parts.iter().find_map(|part| match part {
+        UserPart::Text { text } => text.lines().map(str::trim).find(|line| !line.is_empty()),
+        UserPart::Image { .. } => None,
+    })?;
+    if text.chars().count() <= TITLE_CHARS {
+        return Some(text.to_owned());
+    }
+    let cut: String = text.chars().take(TITLE_CHARS).collect();
+    let cut = match cut.rfind(' ') {
+        Some(at) if at > TITLE_CHARS / 2 => &cut[..at],
+        _ => &cut,
+    };
+    Some(format!("{}…", cut.trim_end()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(t: &str) -> Vec<UserPart> {
+        vec![UserPart::Text { text: t.into() }]
+    }
+
+    #[test]
+    fn titles() {
+        assert_eq!(derive_title(&text("\n  Fix the parser bug  \nmore")), Some("Fix the parser bug".into()));
+        let long = "Please refactor the configuration loader so that it reports every error with its line number";
+        let title = derive_title(&text(long)).unwrap();
+        assert!(title.ends_with('…') && title.chars().count() <= TITLE_CHARS + 1, "{title}");
+        assert_eq!(derive_title(&[]), None);
+    }
+}

@@ -1,0 +1,218 @@
+//! Slash commands: the built-in ones (`/compact`, `/clear`, `/init`,
+//! `/model`, `/mode`) and the user's own, written as Markdown files in the
+//! project's `.lathe/commands/` or in lathe's config directory
+//! (`~/.config/lathe/commands/`). A command file's body is the prompt it
+//! sends, with `$ARGUMENTS` replaced by what the user typed after the name;
+//! an optional front matter block gives its description and argument hint:
+//!
+//! ```text
+//! ---
+//! description: Review the staged changes
+//! argument-hint: <focus>
+//! ---
+//! Review `git diff --staged`, focusing on $ARGUMENTS.
+//! ```
+//!
+//! This module finds and parses commands; it knows nothing of ACP or of
+//! what the built-in commands do (the `acp` module runs them).
+
+use std::path::Path;
+
+/// What a command does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommandKind {
+    /// Summarise the conversation now.
+    Compact,
+    /// Start a fresh context in the same session.
+    Clear,
+    /// Write or update the project's AGENTS.md.
+    Init,
+    /// Show or switch the model.
+    Model,
+    /// Show or switch the mode.
+    Mode,
+    /// A user command: send this prompt template.
+    Custom {
+        /// The prompt, with `$ARGUMENTS` where the arguments go.
+        template: String,
+    },
+}
+
+/// A command the editor can offer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlashCommand {
+    /// The name, without the slash.
+    pub name: String,
+    /// What it does, for the editor's menu.
+    pub description: String,
+    /// What to type after it, if anything.
+    pub hint: Option<String>,
+    /// What it does.
+    pub kind: CommandKind,
+}
+
+fn builtin(name: &str, description: &str, hint: Option<&str>, kind: CommandKind) -> SlashCommand {
+    SlashCommand { name: name.to_owned(), description: description.to_owned(), hint: hint.map(str::to_owned), kind }
+}
+
+/// Every command for a session in `cwd`: the built-ins, then the project's,
+/// then the user's (a project command hides a user command of the same name;
+/// neither can hide a built-in).
+pub fn available(cwd: &Path, user_dir: Option<&Path>) -> Vec<SlashCommand> {
+    let mut commands = vec![
+        builtin("compact", "Summarise the conversation so far to free context", None, CommandKind::Compact),
+        builtin("clear", "Start a fresh conversation in this session", None, CommandKind::Clear),
+        builtin(
+            "init",
+            "Write or update AGENTS.md with what an agent should know about this project",
+            None,
+            CommandKind::Init,
+        ),
+        builtin("model", "Show the models, or switch to one", Some("<model>"), CommandKind::Model),
+        builtin("mode", "Show the modes, or switch to one", Some("<mode>"), CommandKind::Mode),
+    ];
+    let project = cwd.join(".lathe").join("commands");
+    let user = user_dir.map(|dir| dir.join("commands"));
+    for dir in std::iter::once(project.as_path()).chain(user.as_deref()) {
+        for command in custom_commands(dir) {
+            if !commands.iter().any(|c| c.name == command.name) {
+                commands.push(command);
+            }
+        }
+    }
+    commands
+}
+
+fn custom_commands(dir: &Path) -> Vec<SlashCommand> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut found: Vec<SlashCommand> = entries
+        .flatten()
+        .filter_map(|entry| {
+            let path = entry.path();
+            if path.extension().and_then(|e| e.to_str()) != Some("md") {
+                return None;
+            }
+            let name = path.file_stem()?.to_str()?.to_owned();
+            if name.is_empty() || !name.chars().all(|c| c.is_alphanumeric() || c == '-' || c == '_' || c == ':') {
+                return None;
+            }
+            match std::fs::read_to_string(&path) {
+                Ok(text) => Some(parse_command_file(&name, &text)),
+                Err(err) => {
+                    tracing::warn!(path = %path.display(), %err, "skipping an unreadable command file");
+                    None
+                }
+            }
+        })
+        .collect();
+    found.sort_by(|a, b| a.name.cmp(&b.name));
+    found
+}
+
+/// Parses a command file: optional front matter, then the prompt template.
+pub fn parse_command_file(name: &str, text: &str) -> SlashCommand {
+    let mut description = None;
+    let mut hint = None;
+    let mut body = text;
+    if let Some(rest) = text.strip_prefix("---\n").or_else(|| text.strip_prefix("---\r\n"))
+        && let Some(end) = rest.find("\n---")
+    {
+        for line in rest[..end].lines() {
+            if let Some((key, value)) = line.split_once(':') {
+                let value = value.trim().trim_matches('"').to_owned();
+                match key.trim() {
+                    "description" => description = Some(value),
+                    "argument-hint" | "argument_hint" => hint = Some(value),
+                    _ => {}
+                }
+            }
+        }
+        body = rest[end + 4..].trim_start_matches(['\r', '\n']);
+    }
+    let template = body.trim().to_owned();
+    let description = description.unwrap_or_else(|| {
+        let first = template.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+        let mut summary: String = first.chars().take(80).collect();
+        if first.chars().count() > 80 {
+            summary.push('…');
+        }
+        if summary.is_empty() { format!("Run the {name} command") } else { summary }
+    });
+    SlashCommand { name: name.to_owned(), description, hint, kind: CommandKind::Custom { template } }
+}
+
+/// Splits `/name arguments` into its name and arguments; `None` when the
+/// text is not a slash command.
+pub fn parse_invocation(text: &str) -> Option<(&str, &str)> {
+    let rest = text.trim_start().strip_prefix('/')?;
+    let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+    let (name, args) = rest.split_at(end);
+    if name.is_empty() || !name.chars().all(|c| c.is_alphanumeric() || c == '-' || c == '_' || c == ':') {
+        return None;
+    }
+    Some((name, args.trim()))
+}
+
+/// The prompt a custom command sends: `$ARGUMENTS` replaced, or the
+/// arguments appended when the template does not mention them.
+pub fn expand(template: &str, arguments: &str) -> String {
+    if template.contains("$ARGUMENTS") {
+        template.replace("$ARGUMENTS", arguments)
+    } else if arguments.is_empty() {
+        template.to_owned()
+    } else {
+        format!("{template}\n\n{arguments}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invocations() {
+        assert_eq!(parse_invocation("/compact"), Some(("compact", "")));
+        assert_eq!(parse_invocation("  /model  gpt-x  "), Some(("model", "gpt-x")));
+        assert_eq!(
+            parse_invocation("/review focus on errors\nand tests"),
+            Some(("review", "focus on errors\nand tests"))
+        );
+        assert_eq!(parse_invocation("not a command"), None);
+        assert_eq!(parse_invocation("/"), None);
+        assert_eq!(parse_invocation("/usr/bin/env is a path"), None);
+    }
+
+    #[test]
+    fn command_files_and_arguments() {
+        let command = parse_command_file(
+            "review",
+            "---\ndescription: Review the staged changes\nargument-hint: <focus>\n---\nReview the diff, focusing on $ARGUMENTS.\n",
+        );
+        assert_eq!(command.description, "Review the staged changes");
+        assert_eq!(command.hint.as_deref(), Some("<focus>"));
+        let CommandKind::Custom { template } = &command.kind else { panic!() };
+        assert_eq!(expand(template, "error handling"), "Review the diff, focusing on error handling.");
+        let plain = parse_command_file("fix", "Fix the failing test.\nThen run it.");
+        assert_eq!(plain.description, "Fix the failing test.");
+        let CommandKind::Custom { template } = &plain.kind else { panic!() };
+        assert_eq!(expand(template, "in parser.rs"), "Fix the failing test.\nThen run it.\n\nin parser.rs");
+    }
+
+    #[test]
+    fn project_commands_hide_user_commands_but_not_builtins() {
+        let project = tempfile::tempdir().unwrap();
+        let user = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(project.path().join(".lathe/commands")).unwrap();
+        std::fs::create_dir_all(user.path().join("commands")).unwrap();
+        std::fs::write(project.path().join(".lathe/commands/review.md"), "project review").unwrap();
+        std::fs::write(project.path().join(".lathe/commands/clear.md"), "not allowed to hide /clear").unwrap();
+        std::fs::write(user.path().join("commands/review.md"), "user review").unwrap();
+        std::fs::write(user.path().join("commands/ship.md"), "ship it").unwrap();
+        std::fs::write(user.path().join("commands/notes.txt"), "not a command").unwrap();
+        let commands = available(project.path(), Some(user.path()));
+        let names: Vec<&str> = commands.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["compact", "clear", "init", "model", "mode", "review", "ship"]);
+        assert_eq!(commands[5].kind, CommandKind::Custom { template: "project review".into() });
+        assert_eq!(commands[1].kind, CommandKind::Clear);
+    }
+}

@@ -1,0 +1,421 @@
+//! The user's files, end to end through the real binary: writes are atomic
+//! even when the agent is SIGKILLed in the middle of them, a change the user
+//! makes between the model's read and its edit is not overwritten, and
+//! hostile paths (devices, FIFOs, NUL, file names that are not UTF-8) fail
+//! fast or work without taking the agent down.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::acp_client::{AgentProcess, handshake, prompt};
+use crate::support::editor::FakeEditor;
+use crate::support::harness::Harness;
+use crate::support::mock_openai::{
+    MockOpenAi, Reply, Step, ev_finish, ev_role, ev_tool_call_args, ev_tool_call_start, ev_usage, text_reply,
+    tool_call_reply,
+};
+use crate::support::write_config;
+
+async fn set_mode(agent: &mut AgentProcess, session: &str, mode: &str) {
+    let id = agent.request("session/set_mode", json!({"sessionId": session, "modeId": mode})).await;
+    let (_, response) = agent.response(id).await;
+    assert!(response.get("result").is_some(), "{response}");
+}
+
+/// The tool message answering `call_id` in a recorded model request.
+fn tool_result(body: &Value, call_id: &str) -> String {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool" && m["tool_call_id"] == call_id)
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_else(|| panic!("no tool result for {call_id}"))
+        .to_owned()
+}
+
+/// The last status the editor was told for `call_id`.
+fn final_status(messages: &[Value], call_id: &str) -> String {
+    messages
+        .iter()
+        .rev()
+        .filter(|m| m["method"] == "session/update")
+        .map(|m| &m["params"]["update"])
+        .filter(|u| u["toolCallId"] == call_id)
+        .find_map(|u| u["status"].as_str())
+        .unwrap_or_else(|| panic!("no status for {call_id}"))
+        .to_owned()
+}
+
+/// A small deterministic generator (xorshift64*), so a failing run can be replayed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, bound: u64) -> u64 {
+        self.next() % bound.max(1)
+    }
+}
+
+/// `lines` lines of 63 copies of `letter`.
+fn uniform_text(letter: char, lines: usize) -> String {
+    format!("{}\n", letter.to_string().repeat(63)).repeat(lines)
+}
+
+/// The model's call rewriting every line of a file of `from` lines into
+/// `to` lines, with `edit_file`'s `replace_all` (the whole file changes, yet
+/// the arguments stay small) or, when `content` is given, with `write_file`.
+fn rewrite_reply(path: &str, from: char, to: char, content: Option<&str>) -> Reply {
+    let (name, args) = match content {
+        Some(content) => ("write_file", json!({"path": path, "content": content}).to_string()),
+        None => (
+            "edit_file",
+            json!({
+                "path": path,
+                "old_string": uniform_text(from, 1),
+                "new_string": uniform_text(to, 1),
+                "replace_all": true,
+            })
+            .to_string(),
+        ),
+    };
+    assert!(args.is_ascii(), "byte pieces are char pieces");
+    // Streamed in 64 KiB pieces, as a model streams arguments (the usual
+    // helper is too slow for megabytes).
+    let mut steps = vec![ev_role(), ev_tool_call_start(0, "call_w", name)];
+    steps.extend(
+        args.as_bytes().chunks(64 * 1024).map(|piece| ev_tool_call_args(0, std::str::from_utf8(piece).unwrap())),
+    );
+    steps.extend([ev_finish("tool_calls"), ev_usage(10, 10), Step::Done]);
+    Reply::Sse(steps)
+}
+
+/// The temporary files a write to `name` leaves in `dir` while it runs.
+fn temporaries(dir: &Path, name: &str) -> Vec<PathBuf> {
+    let prefix = format!(".{name}.");
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap())
+        .filter(|entry| {
+            let entry_name = entry.file_name().to_string_lossy().into_owned();
+            entry_name.starts_with(&prefix) && entry_name.ends_with(".lathe-tmp")
+        })
+        .map(|entry| entry.path())
+        .collect()
+}
+
+/// Where a file stands after a kill.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Found {
+    Old,
+    New,
+}
+
+fn classify(path: &Path, old: &str, new: &str, round: usize) -> Found {
+    let bytes = std::fs::read(path).unwrap();
+    if bytes == old.as_bytes() {
+        return Found::Old;
+    }
+    if bytes == new.as_bytes() {
+        return Found::New;
+    }
+    let differs =
+        |text: &str| bytes.iter().zip(text.as_bytes()).position(|(a, b)| a != b).unwrap_or(bytes.len().min(text.len()));
+    panic!(
+        "round {round}: the file is neither the old nor the new content: {} bytes (old {}, new {}), first \
+         difference at byte {} from the old and {} from the new",
+        bytes.len(),
+        old.len(),
+        new.len(),
+        differs(old),
+        differs(new)
+    );
+}
+
+/// Watches for the temporary file of a write to `name` on a thread of its
+/// own and, `delay` after it appears, SIGKILLs `pid`. For a calibration run
+/// (no `pid`) returns how long the temporary file lived.
+fn kill_during_write(dir: PathBuf, name: String, pid: Option<u32>, delay: Duration) -> Duration {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while temporaries(&dir, &name).is_empty() {
+        assert!(Instant::now() < deadline, "no write of {name} started");
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    let appeared = Instant::now();
+    let Some(pid) = pid else {
+        while !temporaries(&dir, &name).is_empty() {
+            assert!(Instant::now() < deadline, "the write of {name} never finished");
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        return appeared.elapsed();
+    };
+    std::thread::sleep(delay);
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+    delay
+}
+
+/// The agent is SIGKILLed at random moments while it writes large files; the
+/// file is always exactly the old or exactly the new content, and nothing but
+/// hidden temporary files is ever left beside it.
+///
+/// Each round starts a fresh agent in full-auto mode on a file of 2–8 MiB of
+/// `A` lines; the model turns every line into `B`s with one `edit_file` call
+/// (`replace_all`), so the whole file changes while the call stays small.
+/// Every fourth round rewrites a 512 KiB file with `write_file` instead (its
+/// content travels through the model stream, ACP updates and the session
+/// journal, all slow in a debug build, hence the smaller size). A thread watches for the write's temporary file
+/// and kills the agent a seeded random delay after it appears, spread over
+/// the temporary file's measured lifetime (write, fsync, rename) scaled to
+/// the size, plus a quarter, so some kills land just after the rename.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_during_large_writes_never_leaves_a_torn_file() {
+    const ROUNDS: usize = 20;
+    const LINE: usize = 64;
+    const MIB_LINES: usize = 1024 * 1024 / LINE;
+    let seed = 0x5eed_f11e_5afe_0001;
+    let mut rng = Rng(seed);
+    let mut h = Harness::start().await;
+    let config = h.home.path().join("config.toml").to_string_lossy().into_owned();
+    let name = "big.txt";
+    let target = h.project.join(name);
+
+    let started = Instant::now();
+    // How long the temporary file of a write lives, per byte: measured by an
+    // uninterrupted first round, then nudged after every kill (longer after
+    // one that landed before the rename, shorter after one that landed after
+    // it), because disk flushes vary a lot from one write to the next.
+    let mut lifetime_per_byte = 0.0;
+    let mut measured_per_byte = 0.0;
+    let mut tally = std::collections::BTreeMap::<(&str, Found), usize>::new();
+    let (mut leftovers, mut partial_leftovers, mut total_bytes) = (0, 0, 0);
+    for round in 0..=ROUNDS {
+        let calibrating = round == 0;
+        let by_write = round % 4 == 3;
+        let lines = if by_write { MIB_LINES / 2 } else { MIB_LINES * (2 + usize::try_from(rng.below(7)).unwrap()) };
+        let (old, new) = (uniform_text('A', lines), uniform_text('B', lines));
+        std::fs::write(&target, &old).unwrap();
+        total_bytes += new.len();
+        if !calibrating {
+            // A fresh mock each round: it keeps every request it receives.
+            h.mock = MockOpenAi::start().await;
+            write_config(h.home.path(), &h.mock.base_url(), "");
+            h.agent = AgentProcess::spawn(&["--config", &config], &[], h.home.path());
+        }
+        let session = handshake(&mut h.agent, json!({}), &h.project).await;
+        set_mode(&mut h.agent, &session, "full-auto").await;
+        if by_write {
+            // A write over a file the model has not read is refused, so it reads first.
+            h.mock.push(tool_call_reply(&[("call_r", "read_file", json!({"path": name, "limit": 1}))]));
+        }
+        h.mock.push(rewrite_reply(name, 'A', 'B', by_write.then_some(new.as_str())));
+        // One kill in four as soon as the temporary file appears, while it is
+        // being written; the others anywhere in its lifetime or a bit after.
+        let window = Duration::from_secs_f64(lifetime_per_byte * new.len() as f64 * 1.5);
+        let delay = match rng.below(4) {
+            0 => Duration::ZERO,
+            _ => Duration::from_micros(rng.below(u64::try_from(window.as_micros()).unwrap() + 1)),
+        };
+        let pid = (!calibrating).then(|| h.agent.pid());
+        let watcher = {
+            let (dir, name) = (h.project.clone(), name.to_owned());
+            tokio::task::spawn_blocking(move || kill_during_write(dir, name, pid, delay))
+        };
+        if calibrating {
+            h.mock.push(text_reply("rewritten"));
+            h.agent.set_timeout(Duration::from_secs(60));
+        }
+        let prompt_id = prompt(&mut h.agent, &session, "rewrite it").await;
+        if calibrating {
+            let (messages, response) = h.agent.response(prompt_id).await;
+            assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+            assert_eq!(final_status(&messages, "call_w"), "completed");
+            lifetime_per_byte = watcher.await.unwrap().as_secs_f64() / new.len() as f64;
+            measured_per_byte = lifetime_per_byte;
+            assert_eq!(classify(&target, &old, &new, round), Found::New);
+            continue;
+        }
+        watcher.await.unwrap();
+        let exit = h.agent.wait_exit(Duration::from_secs(10)).await.expect("the killed agent exits");
+        assert!(!exit.success(), "the agent was killed, not finished: {exit:?}");
+
+        let found = classify(&target, &old, &new, round);
+        lifetime_per_byte *= if found == Found::Old { 1.25 } else { 0.8 };
+        *tally.entry((if by_write { "write_file" } else { "edit_file" }, found)).or_default() += 1;
+        // Beside the target there are only hidden temporary files of killed writes.
+        let names: Vec<OsString> = std::fs::read_dir(&h.project).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let temps = temporaries(&h.project, name);
+        assert_eq!(names.len(), 1 + temps.len(), "unexpected files: {names:?}");
+        for temp in temps {
+            leftovers += 1;
+            if std::fs::metadata(&temp).unwrap().len() < new.len() as u64 {
+                partial_leftovers += 1;
+            }
+            // The agent removes leftovers only once they are stale (a write
+            // might still own a fresh one); the test tidies up at once.
+            std::fs::remove_file(temp).unwrap();
+        }
+    }
+    eprintln!(
+        "crash test: seed {seed:#x}, {ROUNDS} kills, {} MiB written in all, temporary file lifetime {:.1} ms/MiB \
+         measured, {:.1} ms/MiB at the end: {tally:?}; {leftovers} temporary files left behind ({partial_leftovers} \
+         partly written); {:?} in all",
+        total_bytes >> 20,
+        measured_per_byte * 1024.0 * 1024.0 * 1000.0,
+        lifetime_per_byte * 1024.0 * 1024.0 * 1000.0,
+        started.elapsed()
+    );
+    let count = |found| tally.iter().filter(|((_, f), _)| *f == found).map(|(_, n)| n).sum::<usize>();
+    assert!(count(Found::Old) > 0 && count(Found::New) > 0, "kills land before and after the rename: {tally:?}");
+    assert!(partial_leftovers > 0, "some kills land in the middle of writing the temporary file");
+}
+
+/// The user edits a file between two prompts: the model's next edit, based on
+/// what it read before, is refused with the current text, and redone on it.
+#[tokio::test]
+async fn a_change_the_user_made_since_the_model_read_is_not_overwritten() {
+    let mut h = Harness::start().await;
+    let path = h.project.join("config.toml");
+    std::fs::write(&path, "debug = false\nport = 8080\n").unwrap();
+    let session = h.session().await;
+    set_mode(&mut h.agent, &session, "accept-edits").await;
+
+    h.mock.push(tool_call_reply(&[("call_r", "read_file", json!({"path": "config.toml"}))]));
+    h.mock.push(text_reply("I see the port."));
+    let id = prompt(&mut h.agent, &session, "what port?").await;
+    let (_, response) = h.agent.response(id).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn");
+
+    // The user changes the file in their editor.
+    std::fs::write(&path, "debug = true\nport = 8080\n").unwrap();
+
+    let edit = json!({"path": "config.toml", "old_string": "port = 8080", "new_string": "port = 9090"});
+    h.mock.push(tool_call_reply(&[("call_e1", "edit_file", edit.clone())]));
+    h.mock.push(tool_call_reply(&[("call_e2", "edit_file", edit)]));
+    h.mock.push(text_reply("Port changed."));
+    let id = prompt(&mut h.agent, &session, "use port 9090").await;
+    let mut editor = FakeEditor::default();
+    let (messages, response) = h.agent.response_answering(id, |request| editor.answer(request)).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn");
+    assert_eq!(final_status(&messages, "call_e1"), "failed");
+    assert_eq!(final_status(&messages, "call_e2"), "completed");
+
+    let requests = h.mock.requests();
+    let refused = tool_result(&requests[3].body, "call_e1");
+    assert!(refused.starts_with("config.toml changed since you last read it"), "{refused}");
+    assert!(refused.contains("     1\tdebug = true\n     2\tport = 8080"), "the current text: {refused}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "debug = true\nport = 9090\n", "both changes are kept");
+}
+
+/// Devices, FIFOs and NUL paths fail at once with a clear message; the turn
+/// goes on.
+#[cfg(unix)]
+#[tokio::test]
+async fn hostile_paths_fail_fast_and_the_turn_goes_on() {
+    let mut h = Harness::start().await;
+    let fifo = h.project.join("pipe");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let session = h.session().await;
+    set_mode(&mut h.agent, &session, "full-auto").await;
+    h.mock.push(tool_call_reply(&[
+        ("call_zero", "read_file", json!({"path": "/dev/zero"})),
+        ("call_random", "read_file", json!({"path": "/dev/urandom"})),
+        ("call_fifo", "read_file", json!({"path": "pipe"})),
+        ("call_fifo_w", "write_file", json!({"path": "pipe", "content": "x"})),
+        ("call_nul", "write_file", json!({"path": "a\u{0}b.txt", "content": "x"})),
+        ("call_up", "read_file", json!({"path": "../../../../../../etc/hostname"})),
+    ]));
+    h.mock.push(text_reply("done"));
+    let started = Instant::now();
+    let id = prompt(&mut h.agent, &session, "poke around").await;
+    let (messages, response) = h.agent.response(id).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn");
+    assert!(started.elapsed() < Duration::from_secs(5), "nothing hung: {:?}", started.elapsed());
+    let body = &h.mock.requests()[1].body;
+    for (call, expected) in [
+        ("call_zero", "/dev/zero is a device, not a regular file"),
+        ("call_random", "/dev/urandom is a device, not a regular file"),
+        ("call_fifo", "pipe is a named pipe (FIFO), not a regular file"),
+        ("call_fifo_w", "pipe is a named pipe (FIFO), not a regular file; refusing to replace it"),
+        ("call_nul", "contains a NUL character"),
+    ] {
+        assert_eq!(final_status(&messages, call), "failed", "{call}");
+        let result = tool_result(body, call);
+        assert!(result.contains(expected), "{call}: {result}");
+    }
+    // `..` resolves to /etc/hostname, outside the project: full-auto reads it
+    // (other modes ask), and the title says where it really is.
+    let titles: Vec<&str> = messages
+        .iter()
+        .filter(|m| m["params"]["update"]["toolCallId"] == "call_up")
+        .filter_map(|m| m["params"]["update"]["title"].as_str())
+        .collect();
+    assert!(titles.contains(&"Read /etc/hostname"), "{titles:?}");
+    assert!(!h.project.join("a").exists() && std::fs::read_dir(&h.project).unwrap().count() == 1);
+}
+
+/// File names that are not UTF-8 do not break the search tools: each call
+/// answers the model, naming the odd file as best it can, the other files
+/// are still found, and the agent goes on serving.
+#[cfg(unix)]
+#[tokio::test]
+async fn file_names_that_are_not_utf8_do_not_break_the_search_tools() {
+    let (mut h, session, messages) = search_a_project_with_a_latin1_file_name().await;
+    let body = &h.mock.requests()[1].body;
+    for call in ["call_ls", "call_glob", "call_grep"] {
+        let result = tool_result(body, call);
+        assert!(result.contains("plain.txt"), "{call}: {result}");
+        assert!(result.contains("caf\u{FFFD}.txt"), "{call} names the odd file as best it can: {result}");
+    }
+    for call in ["call_ls", "call_glob"] {
+        assert_eq!(final_status(&messages, call), "completed", "{call}");
+    }
+    h.mock.push(text_reply("still here"));
+    let id = prompt(&mut h.agent, &session, "again").await;
+    let (_, response) = h.agent.response(id).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+}
+
+/// The editor is told that every search call finished, even one whose final
+/// update names a file that is not UTF-8: a path JSON cannot carry must not
+/// make the whole update unencodable (it once did, for `grep`'s locations,
+/// and the editor showed the call running forever).
+#[cfg(unix)]
+#[tokio::test]
+async fn search_calls_over_non_utf8_names_are_reported_finished() {
+    let (_h, _session, messages) = search_a_project_with_a_latin1_file_name().await;
+    for call in ["call_ls", "call_glob", "call_grep"] {
+        assert_eq!(final_status(&messages, call), "completed", "{call}");
+    }
+}
+
+/// A project with `café.txt` spelled in Latin-1 (not UTF-8) and `plain.txt`,
+/// both containing "needle", after one turn listing, globbing and grepping it.
+#[cfg(unix)]
+async fn search_a_project_with_a_latin1_file_name() -> (Harness, String, Vec<Value>) {
+    use std::os::unix::ffi::OsStringExt;
+    let mut h = Harness::start().await;
+    let odd = h.project.join(OsString::from_vec(b"caf\xe9.txt".to_vec()));
+    std::fs::write(&odd, "needle in latin-1 land\n").unwrap();
+    std::fs::write(h.project.join("plain.txt"), "needle at home\n").unwrap();
+    let session = h.session().await;
+    h.mock.push(tool_call_reply(&[
+        ("call_ls", "list_directory", json!({"path": "."})),
+        ("call_glob", "glob", json!({"pattern": "**/*.txt"})),
+        ("call_grep", "grep", json!({"pattern": "needle"})),
+    ]));
+    h.mock.push(text_reply("found"));
+    let id = prompt(&mut h.agent, &session, "find the needles").await;
+    let (messages, response) = h.agent.response(id).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    (h, session, messages)
+}
