@@ -498,3 +498,28 @@ async fn modes_and_the_mode_option_stay_in_sync() {
     let (_, response) = h.agent.response(id).await;
     assert_eq!(response["error"]["code"], -32602);
 }
+
+/// Cancel while the editor is serving a file read: the read is withdrawn with
+/// `$/cancel_request` and the turn answers `cancelled` at once.
+#[tokio::test]
+async fn cancel_while_the_editor_reads_withdraws_the_read() {
+    let mut h = Harness::start().await;
+    write(&h.project, "slow.txt", "x\n");
+    let session = h.session_with(json!({"fs": {"readTextFile": true}})).await;
+    h.mock.push(tool_call_reply(&[("call_r", "read_file", json!({"path": "slow.txt"}))]));
+    let id = prompt(&mut h.agent, &session, "read it").await;
+    let read = loop {
+        let message = h.agent.next_message(Duration::from_secs(5)).await.expect("an fs request");
+        if message["method"] == "fs/read_text_file" {
+            break message;
+        }
+    };
+    let cancelled_at = Instant::now();
+    h.agent.notify("session/cancel", json!({"sessionId": session})).await;
+    let (after, response) = h.agent.response(id).await;
+    assert!(cancelled_at.elapsed() < FAST, "took {:?}", cancelled_at.elapsed());
+    assert_eq!(response["result"]["stopReason"], "cancelled");
+    let withdrawn = after.iter().find(|m| m["method"] == "$/cancel_request").expect("$/cancel_request sent");
+    assert_eq!(withdrawn["params"]["requestId"], read["id"]);
+    assert_eq!(final_status(&after, "call_r"), "failed");
+}
