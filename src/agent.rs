@@ -305,12 +305,10 @@ impl Turn<'_> {
         let prepared = match tools::prepare(&call.name, &call.arguments, workspace.cwd) {
             Ok(prepared) => prepared,
             Err(message) => {
-                let mut outcome = ToolOutcome::failed(message);
-                outcome.raw_output = None;
+                // Show what the model sent, then why it cannot run.
                 self.update(&call.id, ToolCallChange { raw_input, ..ToolCallChange::default() });
-                let for_model = outcome.for_model.clone();
-                self.finish_call(&call.id, outcome);
-                return (for_model, Flow::Continue);
+                self.finish_call(&call.id, ToolOutcome::failed(message.clone()));
+                return (message, Flow::Continue);
             }
         };
         let tool = prepared.tool;
@@ -617,6 +615,28 @@ impl Turn<'_> {
         estimate_tokens(conversation, self.tools) > limit
     }
 
+    /// See [`Compactor::compact`].
+    pub async fn compact(&self, conversation: &mut Conversation, turn_start: Option<usize>) -> Compaction {
+        let compactor = Compactor { client: self.client, events: self.events, cancel: self.cancel, tools: self.tools };
+        compactor.compact(conversation, turn_start).await
+    }
+}
+
+/// What summarising the history needs: a model, somewhere to say so, and the
+/// turn's token. No tools run.
+pub struct Compactor<'a> {
+    /// The model that writes the summary.
+    pub client: &'a ModelClient,
+    /// Where the "summarising…" line goes.
+    pub events: &'a dyn EventSink,
+    /// Cancels the summary request.
+    pub cancel: &'a CancellationToken,
+    /// The tools the conversation was held with (sent again so the request
+    /// shares the usual prefix and its cache).
+    pub tools: &'a [ToolDefinition],
+}
+
+impl Compactor<'_> {
     /// Replaces the older history by a summary the model writes, keeping the
     /// most recent messages verbatim (at most a quarter of the window, never
     /// splitting a tool call from its result). `turn_start` is where the

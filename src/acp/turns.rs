@@ -17,7 +17,7 @@ use serde_json::Value;
 use super::client::{ClientApprover, ClientHost};
 use super::updates::SessionEvents;
 use super::{INVALID_PARAMS, RequestId, RpcError, Server, lock, options, parse_params, prompt};
-use crate::agent::{AgentEvent, Compaction, EventSink, StopReason, Turn, TurnError, Workspace};
+use crate::agent::{AgentEvent, Compaction, Compactor, EventSink, StopReason, Turn, TurnError, Workspace};
 use crate::commands::{self, CommandKind};
 use crate::model::UserPart;
 use crate::session::TurnGuard;
@@ -181,28 +181,9 @@ impl Server {
                 let choices = session.choices();
                 let client = self.model_client(&choices.model_key, choices.thought_level.as_deref())?;
                 let token = turn.token().clone();
-                let host = crate::tools::local::LocalHost;
-                let approver = RefuseAll;
-                let roots = session.roots();
-                let limits = ToolLimits::default();
-                let runner = Turn {
-                    client: &client,
-                    settings: &self.config.agent,
-                    events,
-                    cancel: &token,
-                    workspace: Workspace {
-                        cwd: &session.setup().cwd,
-                        roots: &roots,
-                        host: &host,
-                        approver: &approver,
-                        policy: session.policy(),
-                        limits: &limits,
-                        seen: session.file_versions(),
-                    },
-                    tools: crate::tools::definitions(),
-                    context: &self.config.context,
-                };
-                match runner.compact(turn.conversation(), None).await {
+                let compactor =
+                    Compactor { client: &client, events, cancel: &token, tools: crate::tools::definitions() };
+                match compactor.compact(turn.conversation(), None).await {
                     Compaction::Done { .. } => format!("Compacted {before} messages into a summary."),
                     Compaction::NothingToDo => "There is nothing to compact yet.".to_owned(),
                     Compaction::Cancelled => return Ok(StopReason::Cancelled),
@@ -269,18 +250,6 @@ impl Server {
             }
             Err(error) => error.message.trim_start_matches("Invalid params: ").to_owned(),
         }
-    }
-}
-
-/// `/compact` runs no tools; nothing is ever asked.
-struct RefuseAll;
-
-impl crate::permission::Approver for RefuseAll {
-    fn ask<'a>(
-        &'a self,
-        _question: &'a crate::permission::PermissionQuestion,
-    ) -> futures_util::future::BoxFuture<'a, Result<crate::permission::Answer, crate::permission::ApprovalError>> {
-        Box::pin(async { Ok(crate::permission::Answer::RejectOnce) })
     }
 }
 
