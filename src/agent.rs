@@ -2,11 +2,13 @@
 //! tools it asks for (asking the user first where the policy says so), feed
 //! the results back, and repeat until the model is done.
 //!
-//! A turn reaches the outside world only through three seams: [`EventSink`]
-//! (what the user should see), [`Approver`] (asking the user), and the tools'
-//! [`Host`] (files and terminals). It knows nothing of ACP or JSON-RPC: the
-//! `acp` module implements the seams and maps [`AgentEvent`]s to
-//! `session/update`s and [`StopReason`] to the wire.
+//! A turn reaches the outside world only through four seams: [`EventSink`]
+//! (what the user should see), [`Approver`] (asking the user), the tools'
+//! [`Host`] (files and terminals), and [`ExternalTools`] (tools that live
+//! outside lathe, i.e. MCP servers: their definitions are offered after the
+//! built-ins, and calls no built-in answers go to them). It knows nothing of
+//! ACP, JSON-RPC or MCP: the `acp` module implements the seams and maps
+//! [`AgentEvent`]s to `session/update`s and [`StopReason`] to the wire.
 //!
 //! Cancellation: every await that can wait (opening the stream, each retry
 //! back-off, each chunk, each permission answer, each tool run) is raced
@@ -18,6 +20,7 @@
 //! before the turn returns.
 
 use std::collections::HashMap;
+use std::ops::Deref;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -33,8 +36,8 @@ use crate::model::{
 use crate::permission::{Answer, Approver, PermissionQuestion, Policy, Verdict};
 use crate::session::{Conversation, UsageMark};
 use crate::tools::{
-    self, CANCELLED_RESULT, DisplayContent, Host, Location, OutcomeStatus, PlanItem, Progress, Tool, ToolContext,
-    ToolKind, ToolLimits, ToolOutcome,
+    self, CANCELLED_RESULT, Description, DisplayContent, ExternalCall, ExternalTools, Host, Location, OutcomeStatus,
+    PlanItem, PreparedCall, Progress, Tool, ToolContext, ToolKind, ToolLimits, ToolOutcome,
 };
 
 /// Something the user should see, in the order it happened.
@@ -183,10 +186,39 @@ pub struct Turn<'a> {
     pub cancel: &'a CancellationToken,
     /// Where tools work.
     pub workspace: Workspace<'a>,
-    /// The tools offered to the model.
+    /// The built-in tools offered to the model.
     pub tools: &'a [ToolDefinition],
+    /// Tools that live outside lathe (the session's MCP servers), if any.
+    /// Their [`ExternalTools::definitions`] (built-ins included) are then
+    /// what each request offers, read afresh for every request.
+    pub external: Option<&'a dyn ExternalTools>,
     /// How the conversation is kept within the model's window.
     pub context: &'a ContextSettings,
+}
+
+/// The tools one request offers: the built-ins, or the external source's
+/// complete list.
+enum Offered<'a> {
+    Builtin(&'a [ToolDefinition]),
+    WithExternal(Arc<[ToolDefinition]>),
+}
+
+impl Deref for Offered<'_> {
+    type Target = [ToolDefinition];
+
+    fn deref(&self) -> &[ToolDefinition] {
+        match self {
+            Offered::Builtin(tools) => tools,
+            Offered::WithExternal(tools) => tools,
+        }
+    }
+}
+
+/// A call ready to run: a built-in tool's, or an external tool's with the
+/// source that runs it.
+enum Runnable<'a> {
+    Builtin(PreparedCall),
+    External(&'a dyn ExternalTools, ExternalCall),
 }
 
 enum Sample {
@@ -209,6 +241,19 @@ impl Turn<'_> {
     pub async fn run(&self, conversation: &mut Conversation, user: Vec<UserPart>) -> Result<StopReason, TurnError> {
         let mut turn_start = conversation.messages().len();
         conversation.push(Message::User { parts: user });
+        if let Some(external) = self.external {
+            // Servers still starting get their (bounded) chance before the
+            // first request, so it offers their tools.
+            let notices = external.settle(self.cancel).await;
+            if self.cancel.is_cancelled() {
+                keep_interrupted(conversation, None);
+                return Ok(StopReason::Cancelled);
+            }
+            for text in notices {
+                let message_id = Arc::from(format!("notice_{}", uuid::Uuid::new_v4().simple()));
+                self.events.emit(AgentEvent::AgentText { message_id, text });
+            }
+        }
         let mut requests = 0u32;
         loop {
             if requests >= self.settings.max_model_requests_per_turn {
@@ -236,7 +281,7 @@ impl Turn<'_> {
             let size = self.client.model().context_window;
             let used = match output.usage {
                 Some(usage) => usage.input_tokens + usage.output_tokens,
-                None => estimate_tokens(conversation, self.tools) + estimate_text_tokens(&output.text),
+                None => estimate_tokens(conversation, &self.offered()) + estimate_text_tokens(&output.text),
             };
             self.events.emit(AgentEvent::Usage { used, size, estimated: output.usage.is_none() });
             let refused = output.refused || output.finish_reason == FinishReason::ContentFilter;
@@ -297,12 +342,44 @@ impl Turn<'_> {
         Flow::Continue
     }
 
+    /// The tools the next request offers.
+    fn offered(&self) -> Offered<'_> {
+        match self.external {
+            Some(external) => Offered::WithExternal(external.definitions()),
+            None => Offered::Builtin(self.tools),
+        }
+    }
+
+    /// Parses and describes a call: a built-in tool's, else an external
+    /// tool's. The error is a message for the model.
+    fn prepare(&self, call: &ToolCallRequest) -> Result<(Runnable<'_>, ToolKind, Description), String> {
+        if Tool::from_name(&call.name).is_none()
+            && let Some(external) = self.external
+        {
+            return match external.prepare(&call.name, &call.arguments) {
+                Some(Ok(prepared)) => {
+                    let (kind, description) = (prepared.kind, prepared.description.clone());
+                    Ok((Runnable::External(external, prepared), kind, description))
+                }
+                Some(Err(message)) => Err(message),
+                None => {
+                    let offered = external.definitions();
+                    let known: Vec<&str> = offered.iter().map(ToolDefinition::name).collect();
+                    Err(format!("There is no tool named \"{}\". Available tools: {}.", call.name, known.join(", ")))
+                }
+            };
+        }
+        let prepared = tools::prepare(&call.name, &call.arguments, self.workspace.cwd)?;
+        let (kind, description) = (prepared.tool.kind(), prepared.description.clone());
+        Ok((Runnable::Builtin(prepared), kind, description))
+    }
+
     /// One call: describe it, judge it, maybe ask, run it, report it.
     /// Returns the result for the model.
     async fn run_tool(&self, call: &ToolCallRequest) -> (String, Flow) {
         let workspace = &self.workspace;
         let raw_input = serde_json::from_str::<serde_json::Value>(&call.arguments).ok();
-        let prepared = match tools::prepare(&call.name, &call.arguments, workspace.cwd) {
+        let (runnable, kind, description) = match self.prepare(call) {
             Ok(prepared) => prepared,
             Err(message) => {
                 // Show what the model sent, then why it cannot run.
@@ -311,19 +388,17 @@ impl Turn<'_> {
                 return (message, Flow::Continue);
             }
         };
-        let tool = prepared.tool;
-        let description = prepared.description.clone();
         self.update(
             &call.id,
             ToolCallChange {
                 title: Some(description.title.clone()),
-                kind: Some(tool.kind()),
+                kind: Some(kind),
                 locations: Some(description.locations.clone()),
                 raw_input: raw_input.clone(),
                 ..ToolCallChange::default()
             },
         );
-        let verdict = lock(workspace.policy).judge(tool, &description.access, workspace.roots);
+        let verdict = lock(workspace.policy).judge(&description.access, workspace.roots);
         match verdict {
             Verdict::Allow => {}
             Verdict::Deny(reason) => {
@@ -331,11 +406,11 @@ impl Turn<'_> {
                 return (reason, Flow::Continue);
             }
             Verdict::Ask => {
-                let choices = lock(workspace.policy).options(tool, &description.access, workspace.roots);
+                let choices = lock(workspace.policy).options(&description.access, workspace.roots);
                 let question = PermissionQuestion {
                     call_id: call.id.clone(),
                     title: description.title.clone(),
-                    kind: tool.kind(),
+                    kind,
                     locations: description.locations.clone(),
                     preview: description.preview.clone(),
                     raw_input,
@@ -353,7 +428,7 @@ impl Turn<'_> {
                         }
                     },
                 };
-                lock(workspace.policy).remember(tool, &description.access, workspace.roots, answer);
+                lock(workspace.policy).remember(&description.access, workspace.roots, answer);
                 match answer {
                     Answer::AllowOnce | Answer::AllowAlways => {}
                     Answer::RejectOnce | Answer::RejectAlways => {
@@ -391,7 +466,12 @@ impl Turn<'_> {
             progress: &progress,
             seen: workspace.seen,
         };
-        let running = tools::run(prepared, &context);
+        let running = async {
+            match runnable {
+                Runnable::Builtin(prepared) => tools::run(prepared, &context).await,
+                Runnable::External(external, prepared) => external.run(prepared, &context).await,
+            }
+        };
         tokio::pin!(running);
         let outcome = tokio::select! {
             biased;
@@ -440,11 +520,12 @@ impl Turn<'_> {
     /// asking again would repeat what the user already saw.
     async fn open_stream(&self, conversation: &Conversation) -> Result<ResponseStream, Sample> {
         let mut retrier = Retrier::new(self.client.retry_policy().clone(), retry::random_seed());
+        let tools = self.offered();
         loop {
             let opened = tokio::select! {
                 biased;
                 () = self.cancel.cancelled() => return Err(Sample::Cancelled(None)),
-                opened = self.client.stream(&conversation.system_prompt, conversation.messages(), self.tools) => opened,
+                opened = self.client.stream(&conversation.system_prompt, conversation.messages(), &tools) => opened,
             };
             let error = match opened {
                 Ok(stream) => return Ok(stream),
@@ -488,6 +569,7 @@ impl Turn<'_> {
         let mut announced: HashMap<String, String> = HashMap::new();
         let used_ids = &mut conversation.tool_call_ids;
         let events = self.events;
+        let external = self.external;
         let mut forward = |event: ModelEvent| match event {
             ModelEvent::Text(text) => events.emit(AgentEvent::AgentText { message_id: message_id.clone(), text }),
             ModelEvent::Reasoning(text) => {
@@ -495,8 +577,12 @@ impl Turn<'_> {
             }
             ModelEvent::ToolCallStarted { id, name, .. } => {
                 let unique = unique_id(used_ids, &id);
-                let title = Tool::from_name(&name).map_or_else(|| name.clone(), |tool| pending_title(tool).to_owned());
-                let kind = Tool::from_name(&name).map_or(ToolKind::Other, Tool::kind);
+                let (title, kind) = match Tool::from_name(&name) {
+                    Some(tool) => (pending_title(tool).to_owned(), tool.kind()),
+                    None => external
+                        .and_then(|external| external.pending(&name))
+                        .unwrap_or_else(|| (name.clone(), ToolKind::Other)),
+                };
                 events.emit(AgentEvent::ToolCallStarted { id: unique.clone(), title, kind });
                 announced.insert(id, unique);
             }
@@ -612,12 +698,13 @@ impl Turn<'_> {
     fn needs_compaction(&self, conversation: &Conversation) -> bool {
         let window = self.client.model().context_window;
         let limit = (window as f64 * self.context.compact_threshold) as u64;
-        estimate_tokens(conversation, self.tools) > limit
+        estimate_tokens(conversation, &self.offered()) > limit
     }
 
     /// See [`Compactor::compact`].
     pub async fn compact(&self, conversation: &mut Conversation, turn_start: Option<usize>) -> Compaction {
-        let compactor = Compactor { client: self.client, events: self.events, cancel: self.cancel, tools: self.tools };
+        let tools = self.offered();
+        let compactor = Compactor { client: self.client, events: self.events, cancel: self.cancel, tools: &tools };
         compactor.compact(conversation, turn_start).await
     }
 }

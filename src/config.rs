@@ -34,6 +34,11 @@ pub struct Config {
     pub protocol: ProtocolSettings,
     /// How the conversation is kept within the model's window.
     pub context: ContextSettings,
+    /// Time limits for MCP servers.
+    pub mcp: McpSettings,
+    /// MCP servers every session connects to (`[mcp_servers.<name>]`), by
+    /// name; an editor's server of the same name replaces one of these.
+    pub mcp_servers: Vec<McpServer>,
     /// lathe's own config directory (`$XDG_CONFIG_HOME/lathe`): user-level
     /// `AGENTS.md` and slash commands live there. `None` when unknown.
     pub user_dir: Option<PathBuf>,
@@ -217,6 +222,77 @@ impl Default for ProtocolSettings {
     }
 }
 
+/// Time limits for MCP servers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct McpSettings {
+    /// Time one server gets to start, answer `initialize` and list its tools.
+    pub startup_timeout: Duration,
+    /// Time one tool call may take before it is cancelled as failed.
+    pub call_timeout: Duration,
+}
+
+impl Default for McpSettings {
+    fn default() -> Self {
+        Self { startup_timeout: Duration::from_secs(10), call_timeout: Duration::from_secs(300) }
+    }
+}
+
+/// One MCP server: from `[mcp_servers.<name>]`, or passed by the editor in
+/// `mcpServers` (the two have the same shape).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpServer {
+    /// The server's name; its tools are offered as `<name>__<tool>`.
+    pub name: String,
+    /// How to reach it.
+    pub transport: McpTransport,
+}
+
+/// How an MCP server is reached.
+#[derive(Clone, PartialEq, Eq)]
+pub enum McpTransport {
+    /// A local process speaking MCP on its stdin and stdout.
+    Stdio {
+        /// The program.
+        command: String,
+        /// Its arguments.
+        args: Vec<String>,
+        /// Variables added to lathe's environment for it.
+        env: Vec<(String, String)>,
+    },
+    /// MCP's Streamable HTTP transport.
+    Http {
+        /// The endpoint.
+        url: String,
+        /// Headers sent with every request.
+        headers: Vec<(String, String)>,
+    },
+    /// MCP's older HTTP+SSE transport (protocol version 2024-11-05).
+    Sse {
+        /// The SSE endpoint.
+        url: String,
+        /// Headers sent with every request.
+        headers: Vec<(String, String)>,
+    },
+}
+
+impl fmt::Debug for McpTransport {
+    /// Names and places only: header and environment values may be secrets.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names = |pairs: &[(String, String)]| pairs.iter().map(|(name, _)| name.clone()).collect::<Vec<_>>();
+        match self {
+            McpTransport::Stdio { command, args, env } => {
+                f.debug_struct("Stdio").field("command", command).field("args", args).field("env", &names(env)).finish()
+            }
+            McpTransport::Http { url, headers } => {
+                f.debug_struct("Http").field("url", url).field("headers", &names(headers)).finish()
+            }
+            McpTransport::Sse { url, headers } => {
+                f.debug_struct("Sse").field("url", url).field("headers", &names(headers)).finish()
+            }
+        }
+    }
+}
+
 /// Why a configuration could not be loaded. `Display` is one line naming the
 /// file, and where known the line and the key.
 #[derive(Debug, thiserror::Error)]
@@ -268,6 +344,37 @@ struct ConfigToml {
     protocol: ProtocolToml,
     #[serde(default)]
     context: ContextToml,
+    #[serde(default)]
+    mcp: McpToml,
+    #[serde(default)]
+    mcp_servers: BTreeMap<String, McpServerToml>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct McpToml {
+    startup_timeout_secs: Option<f64>,
+    call_timeout_secs: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct McpServerToml {
+    command: Option<String>,
+    args: Option<Vec<String>>,
+    env: Option<BTreeMap<String, String>>,
+    url: Option<String>,
+    transport: Option<McpTransportToml>,
+    headers: Option<BTreeMap<String, String>>,
+    bearer_token_env: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum McpTransportToml {
+    Stdio,
+    Http,
+    Sse,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -396,6 +503,8 @@ impl Config {
             network: NetworkSettings::default(),
             protocol: ProtocolSettings::default(),
             context: ContextSettings::default(),
+            mcp: McpSettings::default(),
+            mcp_servers: Vec::new(),
             user_dir: user_dir(env),
             data_dir: None,
         }
@@ -580,6 +689,20 @@ impl Config {
                 None => ContextSettings::default().max_tool_output_bytes,
             },
         };
+        let mcp_defaults = McpSettings::default();
+        let mcp = McpSettings {
+            startup_timeout: seconds(
+                raw.mcp.startup_timeout_secs,
+                "mcp.startup_timeout_secs",
+                mcp_defaults.startup_timeout,
+            )?,
+            call_timeout: seconds(raw.mcp.call_timeout_secs, "mcp.call_timeout_secs", mcp_defaults.call_timeout)?,
+        };
+        let mcp_servers = raw
+            .mcp_servers
+            .into_iter()
+            .map(|(name, server)| mcp_server(name, server, env).map_err(|(key, message)| invalid(&key, message)))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Config {
             source: ConfigSource::File(path.to_path_buf()),
             default_model,
@@ -588,6 +711,8 @@ impl Config {
             network,
             protocol,
             context,
+            mcp,
+            mcp_servers,
             user_dir: user_dir(env),
             data_dir: None,
         })
@@ -597,6 +722,85 @@ impl Config {
     pub fn default_model(&self) -> Option<&ModelConfig> {
         self.models.get(&self.default_model)
     }
+}
+
+/// One `[mcp_servers.<name>]` table, checked: a `command` (stdio) or a `url`
+/// (Streamable HTTP, or SSE with `transport = "sse"`), never both, and no key
+/// that belongs to the other kind. `bearer_token_env` names a variable read
+/// now, so that tokens stay out of the file, like model API keys. The error
+/// is the offending key and what is wrong with it.
+fn mcp_server(
+    name: String,
+    raw: McpServerToml,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<McpServer, (String, String)> {
+    let at = |field: &str| format!("mcp_servers.{name}.{field}");
+    if name.trim().is_empty() {
+        return Err(("mcp_servers".to_owned(), "a server name must not be empty".to_owned()));
+    }
+    let transport = match (raw.command, raw.url) {
+        (Some(_), Some(_)) => {
+            return Err((at("url"), "give either command (a local server) or url (a remote one), not both".to_owned()));
+        }
+        (None, None) => {
+            return Err((
+                format!("mcp_servers.{name}"),
+                "needs command (a local server) or url (a remote one)".to_owned(),
+            ));
+        }
+        (Some(command), None) => {
+            for (present, key) in [
+                (raw.headers.is_some(), "headers"),
+                (raw.bearer_token_env.is_some(), "bearer_token_env"),
+                (matches!(raw.transport, Some(McpTransportToml::Http | McpTransportToml::Sse)), "transport"),
+            ] {
+                if present {
+                    return Err((at(key), "only applies to servers with a url".to_owned()));
+                }
+            }
+            if command.trim().is_empty() {
+                return Err((at("command"), "must not be empty".to_owned()));
+            }
+            McpTransport::Stdio {
+                command,
+                args: raw.args.unwrap_or_default(),
+                env: raw.env.unwrap_or_default().into_iter().collect(),
+            }
+        }
+        (None, Some(url)) => {
+            for (present, key) in [
+                (raw.args.is_some(), "args"),
+                (raw.env.is_some(), "env"),
+                (matches!(raw.transport, Some(McpTransportToml::Stdio)), "transport"),
+            ] {
+                if present {
+                    return Err((at(key), "only applies to servers with a command".to_owned()));
+                }
+            }
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err((at("url"), format!("\"{url}\" must start with http:// or https://")));
+            }
+            let mut headers: Vec<(String, String)> = raw.headers.unwrap_or_default().into_iter().collect();
+            for (header, _) in &headers {
+                if header.is_empty() || !header.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+                    return Err((at("headers"), format!("\"{header}\" is not a valid header name")));
+                }
+            }
+            if let Some(variable) = raw.bearer_token_env {
+                match env(&variable).filter(|token| !token.is_empty()) {
+                    Some(token) => headers.push(("Authorization".to_owned(), format!("Bearer {token}"))),
+                    None => {
+                        tracing::warn!(server = %name, %variable, "bearer_token_env names a variable that is not set; connecting without a token");
+                    }
+                }
+            }
+            match raw.transport {
+                Some(McpTransportToml::Sse) => McpTransport::Sse { url, headers },
+                Some(McpTransportToml::Http | McpTransportToml::Stdio) | None => McpTransport::Http { url, headers },
+            }
+        }
+    };
+    Ok(McpServer { name, transport })
 }
 
 /// lathe's own config directory: `$XDG_CONFIG_HOME/lathe`, else `~/.config/lathe`.
@@ -789,5 +993,89 @@ max_output_tokens = 8192
         let text = include_str!("../config.example.toml");
         let config = Config::from_toml_str(text, Path::new("config.example.toml"), &no_env).unwrap();
         assert!(config.models.len() >= 6, "presets for OpenAI, OpenRouter, Ollama, vLLM, llama.cpp, LM Studio");
+        assert_eq!(config.mcp, McpSettings::default());
+        // The MCP server examples are commented out; they parse once uncommented.
+        let (head, examples) = text.split_once("# Examples (remove the leading").unwrap();
+        let uncommented: String =
+            examples.lines().skip(2).map(|line| format!("{}\n", line.strip_prefix("# ").unwrap_or(line))).collect();
+        let uncommented = format!("{head}{uncommented}");
+        let config = Config::from_toml_str(&uncommented, Path::new("config.example.toml"), &no_env).unwrap();
+        let names: Vec<&str> = config.mcp_servers.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["docs", "filesystem", "git", "legacy"]);
+    }
+
+    #[test]
+    fn mcp_servers_parse_in_both_shapes() {
+        let env = |name: &str| (name == "DOCS_TOKEN").then(|| "t0k".to_owned());
+        let config = Config::from_toml_str(
+            r#"
+[models.m]
+base_url = "http://x/v1"
+model = "a"
+
+[mcp]
+startup_timeout_secs = 2.5
+call_timeout_secs = 60
+
+[mcp_servers.fs]
+command = "mcp-fs"
+args = ["--root", "/p"]
+env = { LEVEL = "debug" }
+
+[mcp_servers.docs]
+url = "https://docs.example/mcp"
+headers = { "X-Team" = "core" }
+bearer_token_env = "DOCS_TOKEN"
+
+[mcp_servers.old]
+url = "http://127.0.0.1:9/sse"
+transport = "sse"
+"#,
+            Path::new("/cfg/config.toml"),
+            &env,
+        )
+        .unwrap();
+        assert_eq!(config.mcp.startup_timeout, Duration::from_millis(2500));
+        assert_eq!(config.mcp.call_timeout, Duration::from_secs(60));
+        let by_name = |name: &str| config.mcp_servers.iter().find(|s| s.name == name).unwrap().transport.clone();
+        assert_eq!(
+            by_name("fs"),
+            McpTransport::Stdio {
+                command: "mcp-fs".into(),
+                args: vec!["--root".into(), "/p".into()],
+                env: vec![("LEVEL".into(), "debug".into())],
+            }
+        );
+        assert_eq!(
+            by_name("docs"),
+            McpTransport::Http {
+                url: "https://docs.example/mcp".into(),
+                headers: vec![("X-Team".into(), "core".into()), ("Authorization".into(), "Bearer t0k".into())],
+            }
+        );
+        assert_eq!(by_name("old"), McpTransport::Sse { url: "http://127.0.0.1:9/sse".into(), headers: vec![] });
+        assert!(!format!("{:?}", config.mcp_servers).contains("t0k"), "secrets stay out of Debug");
+    }
+
+    #[test]
+    fn bad_mcp_servers_are_named() {
+        let model = "[models.m]\nbase_url = \"http://x/v1\"\nmodel = \"a\"\n";
+        for (bad, key) in [
+            ("[mcp_servers.s]\ncommand = \"a\"\nurl = \"http://x\"\n", "mcp_servers.s.url"),
+            ("[mcp_servers.s]\nargs = [\"a\"]\n", "mcp_servers.s"),
+            ("[mcp_servers.s]\ncommand = \"a\"\nheaders = { A = \"b\" }\n", "mcp_servers.s.headers"),
+            ("[mcp_servers.s]\ncommand = \"a\"\ntransport = \"sse\"\n", "mcp_servers.s.transport"),
+            ("[mcp_servers.s]\nurl = \"http://x\"\nenv = { A = \"b\" }\n", "mcp_servers.s.env"),
+            ("[mcp_servers.s]\nurl = \"ftp://x\"\n", "mcp_servers.s.url"),
+            ("[mcp_servers.s]\nurl = \"http://x\"\ntransport = \"ws\"\n", "mcp_servers.s.transport"),
+            ("[mcp_servers.s]\ncommand = \" \"\n", "mcp_servers.s.command"),
+            ("[mcp_servers.s]\ncommand = \"a\"\ncwd = \"/\"\n", "cwd"),
+            ("[mcp]\nstartup_timeout_secs = 0\n", "mcp.startup_timeout_secs"),
+            ("[mcp]\ncall_timeout_secs = -1\n", "mcp.call_timeout_secs"),
+        ] {
+            let err = parse(&format!("{model}{bad}")).unwrap_err().to_string();
+            assert!(err.contains(key), "{bad}: {err}");
+            assert!(!err.contains('\n'), "{err}");
+        }
     }
 }

@@ -12,6 +12,8 @@
 //! agent       the turn loop: sample, stream events, (run tools), repeat; emits AgentEvents
 //! session     session state: roots, conversation, the running turn's token
 //! model/      OpenAI-compatible streaming client; pure chunk decoder (decode.rs)
+//! mcp/        the session's MCP servers (editor's and configured): connected,
+//!             their tools offered and run through the tools' ExternalTools seam
 //! prompt      the system prompt from prompts/*.md
 //! config      TOML / environment -> validated Config
 //! ```
@@ -30,6 +32,7 @@ pub mod acp;
 pub mod agent;
 pub mod commands;
 pub mod config;
+pub mod mcp;
 pub mod model;
 pub mod permission;
 pub mod prompt;

@@ -109,12 +109,20 @@ enum Scope {
 /// A remembered "always" answer.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Rule {
-    /// A file tool, inside or outside the roots.
+    /// A file tool family (reads: `ReadFile`, edits: `EditFile`), inside or
+    /// outside the roots.
     Tool(Tool, Scope),
     /// Shell commands starting with these words.
     CommandPrefix(String),
     /// Exactly this shell command (when it has no usable prefix).
     Command(String),
+    /// One tool of one MCP server.
+    External {
+        /// The server.
+        server: String,
+        /// The tool.
+        tool: String,
+    },
 }
 
 /// The session's permission state: its mode and the "always" answers.
@@ -135,6 +143,11 @@ impl Default for Policy {
 const READ_ONLY_REFUSAL: &str = "The session is in read-only mode: file changes and commands are not allowed. \
 Describe the change you would make instead, or ask the user to switch to another mode.";
 
+/// The message a refused MCP tool sends back to the model in read-only mode.
+const READ_ONLY_EXTERNAL_REFUSAL: &str = "The session is in read-only mode: only tools that change nothing are \
+allowed, and this MCP server does not mark this tool read-only. Use another tool, or ask the user to switch to \
+another mode.";
+
 impl Policy {
     /// A policy in `mode` with nothing remembered.
     pub fn new(mode: Mode) -> Self {
@@ -151,9 +164,9 @@ impl Policy {
         self.mode = mode;
     }
 
-    /// Judges a call.
-    pub fn judge(&self, tool: Tool, access: &Access, roots: &[PathBuf]) -> Verdict {
-        let rule = rule_for(tool, access, roots);
+    /// Judges a call by what it touches.
+    pub fn judge(&self, access: &Access, roots: &[PathBuf]) -> Verdict {
+        let rule = rule_for(access, roots);
         if let Some(rule) = &rule
             && self.rejected.contains(rule)
         {
@@ -191,16 +204,26 @@ impl Policy {
                 _ if remembered && all_inside(std::slice::from_ref(cwd), roots) => Verdict::Allow,
                 Mode::Ask | Mode::AcceptEdits => Verdict::Ask,
             },
+            // A read-only tool has no paths to check: it is a read inside the
+            // roots. Anything else is judged like a command.
+            Access::External { read_only: true, .. } => Verdict::Allow,
+            Access::External { read_only: false, .. } => match self.mode {
+                Mode::ReadOnly => Verdict::Deny(READ_ONLY_EXTERNAL_REFUSAL.to_owned()),
+                Mode::FullAuto => Verdict::Allow,
+                _ if remembered => Verdict::Allow,
+                Mode::Ask | Mode::AcceptEdits => Verdict::Ask,
+            },
         }
     }
 
     /// The choices to offer for a call, in the order editors show them.
-    pub fn options(&self, tool: Tool, access: &Access, roots: &[PathBuf]) -> Vec<Choice> {
-        let rule = rule_for(tool, access, roots);
+    pub fn options(&self, access: &Access, roots: &[PathBuf]) -> Vec<Choice> {
+        let rule = rule_for(access, roots);
         let always = match &rule {
             Some(Rule::CommandPrefix(prefix)) => Some(format!("Always allow `{prefix}` commands")),
-            Some(Rule::Tool(_, Scope::Outside)) => Some(format!("Always allow {} outside the project", verb(tool))),
-            Some(Rule::Tool(_, Scope::Inside)) => Some(format!("Always allow {}", verb(tool))),
+            Some(Rule::Tool(tool, Scope::Outside)) => Some(format!("Always allow {} outside the project", verb(*tool))),
+            Some(Rule::Tool(tool, Scope::Inside)) => Some(format!("Always allow {}", verb(*tool))),
+            Some(Rule::External { server, tool }) => Some(format!("Always allow `{tool}` from `{server}`")),
             Some(Rule::Command(_)) | None => None,
         };
         let mut choices = vec![Choice { answer: Answer::AllowOnce, id: "allow_once", label: "Allow".to_owned() }];
@@ -219,8 +242,8 @@ impl Policy {
     }
 
     /// Remembers an "always" answer.
-    pub fn remember(&mut self, tool: Tool, access: &Access, roots: &[PathBuf], answer: Answer) {
-        let Some(rule) = rule_for(tool, access, roots) else { return };
+    pub fn remember(&mut self, access: &Access, roots: &[PathBuf], answer: Answer) {
+        let Some(rule) = rule_for(access, roots) else { return };
         match answer {
             Answer::AllowAlways => {
                 self.rejected.remove(&rule);
@@ -249,23 +272,19 @@ fn all_inside(paths: &[PathBuf], roots: &[PathBuf]) -> bool {
 }
 
 /// The rule an "always" answer to this call would create. Reads and writes
-/// share a rule per tool family so that "always allow edits" covers both edit tools.
-fn rule_for(tool: Tool, access: &Access, roots: &[PathBuf]) -> Option<Rule> {
+/// share a rule per tool family so that "always allow edits" covers both edit
+/// tools (the only ones that write); an MCP tool is its own rule.
+fn rule_for(access: &Access, roots: &[PathBuf]) -> Option<Rule> {
     let scope = |paths: &[PathBuf]| if all_inside(paths, roots) { Scope::Inside } else { Scope::Outside };
     match access {
         Access::Nothing => None,
         Access::Read(paths) => Some(Rule::Tool(Tool::ReadFile, scope(paths))),
-        Access::Write(paths) => Some(Rule::Tool(
-            match tool {
-                Tool::WriteFile | Tool::EditFile => Tool::EditFile,
-                other => other,
-            },
-            scope(paths),
-        )),
+        Access::Write(paths) => Some(Rule::Tool(Tool::EditFile, scope(paths))),
         Access::Execute { command, .. } => Some(match shell::command_prefix(command) {
             Some(prefix) => Rule::CommandPrefix(prefix),
             None => Rule::Command(command.trim().to_owned()),
         }),
+        Access::External { server, tool, .. } => Some(Rule::External { server: server.clone(), tool: tool.clone() }),
     }
 }
 
@@ -330,6 +349,10 @@ mod tests {
         Access::Execute { command: command.to_owned(), cwd: PathBuf::from("/nonexistent-root/project") }
     }
 
+    fn mcp(tool: &str, read_only: bool) -> Access {
+        Access::External { server: "docs".to_owned(), tool: tool.to_owned(), read_only }
+    }
+
     #[derive(Debug, Clone, Copy, PartialEq)]
     enum Expect {
         Allow,
@@ -355,9 +378,18 @@ mod tests {
             (Mode::ReadOnly, Tool::Shell, run("ls"), Deny),
             (Mode::FullAuto, Tool::Shell, run("rm -rf target"), Allow),
             (Mode::ReadOnly, Tool::UpdatePlan, Access::Nothing, Allow),
+            // MCP tools: read-only ones never ask; the others are commands.
+            (Mode::Ask, Tool::Shell, mcp("search", true), Allow),
+            (Mode::ReadOnly, Tool::Shell, mcp("search", true), Allow),
+            (Mode::AcceptEdits, Tool::Shell, mcp("search", true), Allow),
+            (Mode::FullAuto, Tool::Shell, mcp("search", true), Allow),
+            (Mode::Ask, Tool::Shell, mcp("publish", false), Ask),
+            (Mode::AcceptEdits, Tool::Shell, mcp("publish", false), Ask),
+            (Mode::ReadOnly, Tool::Shell, mcp("publish", false), Deny),
+            (Mode::FullAuto, Tool::Shell, mcp("publish", false), Allow),
         ];
         for (mode, tool, access, expected) in cases {
-            let verdict = Policy::new(mode).judge(tool, &access, &roots());
+            let verdict = Policy::new(mode).judge(&access, &roots());
             let got = match verdict {
                 Verdict::Allow => Allow,
                 Verdict::Ask => Ask,
@@ -370,34 +402,48 @@ mod tests {
     #[test]
     fn always_answers_are_remembered() {
         let mut policy = Policy::new(Mode::Ask);
-        policy.remember(Tool::EditFile, &Access::Write(inside()), &roots(), Answer::AllowAlways);
-        assert_eq!(policy.judge(Tool::WriteFile, &Access::Write(inside()), &roots()), Verdict::Allow);
-        assert_eq!(policy.judge(Tool::WriteFile, &Access::Write(outside()), &roots()), Verdict::Ask);
+        policy.remember(&Access::Write(inside()), &roots(), Answer::AllowAlways);
+        assert_eq!(policy.judge(&Access::Write(inside()), &roots()), Verdict::Allow);
+        assert_eq!(policy.judge(&Access::Write(outside()), &roots()), Verdict::Ask);
 
-        policy.remember(Tool::Shell, &run("cargo test --all"), &roots(), Answer::AllowAlways);
-        assert_eq!(policy.judge(Tool::Shell, &run("cargo test -p lathe"), &roots()), Verdict::Allow);
-        assert_eq!(policy.judge(Tool::Shell, &run("cargo build"), &roots()), Verdict::Ask);
-        assert_eq!(policy.judge(Tool::Shell, &run("cargo test && rm -rf ~"), &roots()), Verdict::Ask);
+        policy.remember(&run("cargo test --all"), &roots(), Answer::AllowAlways);
+        assert_eq!(policy.judge(&run("cargo test -p lathe"), &roots()), Verdict::Allow);
+        assert_eq!(policy.judge(&run("cargo build"), &roots()), Verdict::Ask);
+        assert_eq!(policy.judge(&run("cargo test && rm -rf ~"), &roots()), Verdict::Ask);
 
-        policy.remember(Tool::Shell, &run("git push --force"), &roots(), Answer::RejectAlways);
-        assert!(matches!(policy.judge(Tool::Shell, &run("git push origin main"), &roots()), Verdict::Deny(_)));
+        policy.remember(&run("git push --force"), &roots(), Answer::RejectAlways);
+        assert!(matches!(policy.judge(&run("git push origin main"), &roots()), Verdict::Deny(_)));
         // "Once" answers leave nothing behind.
-        policy.remember(Tool::Shell, &run("make"), &roots(), Answer::AllowOnce);
-        assert_eq!(policy.judge(Tool::Shell, &run("make"), &roots()), Verdict::Ask);
+        policy.remember(&run("make"), &roots(), Answer::AllowOnce);
+        assert_eq!(policy.judge(&run("make"), &roots()), Verdict::Ask);
     }
 
     #[test]
     fn options_offer_always_only_when_it_means_something() {
         let policy = Policy::new(Mode::Ask);
-        let ids =
-            |access: &Access, tool| policy.options(tool, access, &roots()).iter().map(|c| c.id).collect::<Vec<_>>();
-        assert_eq!(
-            ids(&run("cargo test"), Tool::Shell),
-            vec!["allow_once", "allow_always", "reject_once", "reject_always"]
-        );
-        assert_eq!(ids(&run("a; b"), Tool::Shell), vec!["allow_once", "reject_once", "reject_always"]);
-        let labels = policy.options(Tool::Shell, &run("cargo test --all"), &roots());
+        let ids = |access: &Access| policy.options(access, &roots()).iter().map(|c| c.id).collect::<Vec<_>>();
+        assert_eq!(ids(&run("cargo test")), vec!["allow_once", "allow_always", "reject_once", "reject_always"]);
+        assert_eq!(ids(&run("a; b")), vec!["allow_once", "reject_once", "reject_always"]);
+        let labels = policy.options(&run("cargo test --all"), &roots());
         assert_eq!(labels[1].label, "Always allow `cargo test` commands");
+        assert_eq!(ids(&mcp("publish", false)), vec!["allow_once", "allow_always", "reject_once", "reject_always"]);
+        assert_eq!(policy.options(&mcp("publish", false), &roots())[1].label, "Always allow `publish` from `docs`");
+    }
+
+    /// "Always" for an MCP tool covers that tool of that server only.
+    #[test]
+    fn always_answers_for_mcp_tools_are_per_tool() {
+        let mut policy = Policy::new(Mode::Ask);
+        policy.remember(&mcp("publish", false), &roots(), Answer::AllowAlways);
+        assert_eq!(policy.judge(&mcp("publish", false), &roots()), Verdict::Allow);
+        assert_eq!(policy.judge(&mcp("delete", false), &roots()), Verdict::Ask);
+        let other_server = Access::External { server: "wiki".to_owned(), tool: "publish".to_owned(), read_only: false };
+        assert_eq!(policy.judge(&other_server, &roots()), Verdict::Ask);
+        policy.remember(&mcp("delete", false), &roots(), Answer::RejectAlways);
+        assert!(matches!(policy.judge(&mcp("delete", false), &roots()), Verdict::Deny(_)));
+        // Read-only mode refuses even a remembered tool that changes things.
+        policy.set_mode(Mode::ReadOnly);
+        assert!(matches!(policy.judge(&mcp("publish", false), &roots()), Verdict::Deny(_)));
     }
 
     /// Paths are judged where they lead: `..`, absolute paths and symlinks
@@ -428,14 +474,14 @@ mod tests {
         for path in outside {
             let read = Access::Read(vec![path.clone()]);
             let write = Access::Write(vec![path.clone()]);
-            assert_eq!(ask.judge(Tool::ReadFile, &read, &roots), Verdict::Ask, "reading {}", path.display());
-            assert_eq!(accept.judge(Tool::WriteFile, &write, &roots), Verdict::Ask, "writing {}", path.display());
+            assert_eq!(ask.judge(&read, &roots), Verdict::Ask, "reading {}", path.display());
+            assert_eq!(accept.judge(&write, &roots), Verdict::Ask, "writing {}", path.display());
         }
         let hard = root.path().join("hard_link");
-        assert_eq!(ask.judge(Tool::ReadFile, &Access::Read(vec![hard.clone()]), &roots), Verdict::Allow);
-        assert_eq!(accept.judge(Tool::EditFile, &Access::Write(vec![hard]), &roots), Verdict::Allow);
+        assert_eq!(ask.judge(&Access::Read(vec![hard.clone()]), &roots), Verdict::Allow);
+        assert_eq!(accept.judge(&Access::Write(vec![hard]), &roots), Verdict::Allow);
         let inside = root.path().join("src/../lib.rs");
-        assert_eq!(accept.judge(Tool::WriteFile, &Access::Write(vec![inside]), &roots), Verdict::Allow);
+        assert_eq!(accept.judge(&Access::Write(vec![inside]), &roots), Verdict::Allow);
     }
 
     #[test]

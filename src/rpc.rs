@@ -490,12 +490,9 @@ fn classify_inner(line: &[u8], outbox: &Outbox) -> Result<Option<Incoming>, Box<
                     // A broken answer to our own request: fail that call rather than wait forever.
                     Err(RpcError::new(INVALID_REQUEST, "the response has neither or both of result and error"))
                 }
-                _ => {
-                    return Err(Box::new(Classified::Malformed(
-                        id,
-                        RpcError::new(INVALID_REQUEST, "Invalid request: a request needs a \"method\""),
-                    )));
-                }
+                // Neither a request nor an answer to us: refused, and the id
+                // echoed only if it is a valid one (never `{"a":1}`, say).
+                _ => return Err(invalid(Some(&id), "a request needs a \"method\"")),
             };
             outbox.complete(&id, answer);
             Ok(None)
@@ -594,6 +591,18 @@ mod tests {
         let result = outbox.call::<_, Value>("fs/read_text_file", &Params { path }).await;
         assert!(matches!(result, Err(CallError::Unsendable(_))), "{result:?}");
         assert!(outbox.pending().is_empty());
+    }
+
+    /// Regression (found by the `jsonrpc_framing` fuzz target): a message
+    /// with an id but no method, result or error was answered with that id
+    /// echoed even when it was an object or an array, which is not JSON-RPC.
+    #[test]
+    fn an_invalid_id_is_never_echoed() {
+        assert_eq!(answer(classify_str(r#"{"jsonrpc":"2.0","id":{"a":1}}"#)), (Value::Null, INVALID_REQUEST));
+        assert_eq!(answer(classify_str(r#"{"jsonrpc":"2.0","id":[1],"x":2}"#)), (Value::Null, INVALID_REQUEST));
+        assert_eq!(answer(classify_str(r#"{"jsonrpc":"2.0","id":true}"#)), (Value::Null, INVALID_REQUEST));
+        assert_eq!(answer(classify_str(r#"{"jsonrpc":"2.0","id":5}"#)), (Value::from(5), INVALID_REQUEST));
+        assert_eq!(answer(classify_str(r#"{"jsonrpc":"2.0","id":"x"}"#)), (Value::from("x"), INVALID_REQUEST));
     }
 
     #[test]

@@ -134,6 +134,8 @@ pub struct SessionSetup {
     pub additional_directories: Vec<PathBuf>,
     /// The MCP servers the client passed, as sent.
     pub mcp_servers: Vec<serde_json::Value>,
+    /// When the session was first created (RFC 3339).
+    pub created_at: String,
 }
 
 /// What the editor can switch besides the mode.
@@ -165,6 +167,8 @@ pub struct Session {
     title: Mutex<Option<String>>,
     journal: Option<Journal>,
     seen: crate::tools::versions::FileVersions,
+    /// The session's MCP tools, once its servers are being connected.
+    external: std::sync::OnceLock<Arc<dyn crate::tools::ExternalTools>>,
 }
 
 /// A prompt's turn, registered (so it can be cancelled) but not yet running.
@@ -223,7 +227,26 @@ impl Session {
             title: Mutex::new(None),
             journal,
             seen: crate::tools::versions::FileVersions::default(),
+            external: std::sync::OnceLock::new(),
         }
+    }
+
+    /// A token cancelled when the session goes away (closed, deleted,
+    /// replaced, or lathe exits): for what lives as long as the session.
+    pub fn lifetime(&self) -> CancellationToken {
+        self.token.child_token()
+    }
+
+    /// Gives the session its external (MCP) tools; only the first call counts.
+    pub fn set_external_tools(&self, tools: Arc<dyn crate::tools::ExternalTools>) {
+        if self.external.set(tools).is_err() {
+            tracing::warn!(session = %self.id, "the session already has its external tools");
+        }
+    }
+
+    /// The session's external (MCP) tools, if it has MCP servers.
+    pub fn external_tools(&self) -> Option<Arc<dyn crate::tools::ExternalTools>> {
+        self.external.get().cloned()
     }
 
     /// The session id.
@@ -422,7 +445,12 @@ mod tests {
     use super::*;
 
     fn session() -> Arc<Session> {
-        let setup = SessionSetup { cwd: PathBuf::from("/p"), additional_directories: vec![], mcp_servers: vec![] };
+        let setup = SessionSetup {
+            cwd: PathBuf::from("/p"),
+            additional_directories: vec![],
+            mcp_servers: vec![],
+            created_at: String::new(),
+        };
         let choices = Choices { model_key: "m".into(), thought_level: None };
         let conversation = Conversation::new("system".into(), Vec::new(), None);
         Arc::new(Session::new(Arc::from("s1"), setup, conversation, choices, Mode::Ask, &CancellationToken::new()))

@@ -134,8 +134,9 @@ pub struct Store {
 }
 
 enum WriterCommand {
-    Append { path: PathBuf, line: Vec<u8> },
-    Close { path: PathBuf },
+    Append { dir: PathBuf, line: Vec<u8> },
+    SaveMeta(Box<SessionMeta>, PathBuf),
+    Close { dir: PathBuf },
     Flush(mpsc::Sender<()>),
 }
 
@@ -236,7 +237,7 @@ impl Store {
             Record::Reset(messages) => serde_json::to_vec(&TranscriptLine::Reset { messages: messages.clone() }),
         };
         match line {
-            Ok(line) => self.append_line(&dir, line),
+            Ok(line) => self.append_line(dir, line),
             Err(err) => tracing::error!(%err, "cannot serialise a session record"),
         }
     }
@@ -244,13 +245,23 @@ impl Store {
     /// Queues one already-serialised update (the exact JSON-RPC line sent to the editor).
     pub fn append_raw_update(&self, id: &str, line: &[u8]) {
         if let Ok(dir) = self.dir(id) {
-            self.append_line(&dir, line.to_vec());
+            let mut owned = Vec::with_capacity(line.len() + 1);
+            owned.extend_from_slice(line);
+            self.append_line(dir, owned);
         }
     }
 
-    fn append_line(&self, dir: &Path, mut line: Vec<u8>) {
+    fn append_line(&self, dir: PathBuf, mut line: Vec<u8>) {
         line.push(b'\n');
-        let _ = self.writer.send(WriterCommand::Append { path: dir.join(LOG_FILE), line });
+        let _ = self.writer.send(WriterCommand::Append { dir, line });
+    }
+
+    /// Queues a metadata update for the writer thread: callers (a turn
+    /// answering its prompt, say) never wait on the disk.
+    pub fn save_meta_later(&self, meta: SessionMeta) {
+        if let Ok(dir) = self.dir(&meta.session_id) {
+            let _ = self.writer.send(WriterCommand::SaveMeta(Box::new(meta), dir));
+        }
     }
 
     /// Waits (at most `timeout`) until everything queued so far is on disk.
@@ -309,7 +320,7 @@ impl Store {
     pub fn delete(&self, id: &str) -> Result<(), StoreError> {
         let Ok(dir) = self.dir(id) else { return Ok(()) };
         let (done, wait) = mpsc::channel();
-        let _ = self.writer.send(WriterCommand::Close { path: dir.join(LOG_FILE) });
+        let _ = self.writer.send(WriterCommand::Close { dir: dir.clone() });
         // Let the writer drop its handle before the directory goes.
         if self.writer.send(WriterCommand::Flush(done)).is_ok() {
             let _ = wait.recv_timeout(Duration::from_secs(2));
@@ -358,45 +369,71 @@ fn read_log(path: &Path, file: File) -> Vec<Record> {
     records
 }
 
-/// The writer thread: appends queued lines, one open handle per log, and
-/// flushes after each batch.
+fn write_meta(dir: &Path, meta: &SessionMeta) -> Result<(), StoreError> {
+    let path = dir.join(META_FILE);
+    let io = |action: &'static str| {
+        let path = path.clone();
+        move |source| StoreError::Io { action, path, source }
+    };
+    let bytes = serde_json::to_vec_pretty(meta).map_err(|err| io("cannot write")(err.into()))?;
+    let mut file = tempfile::NamedTempFile::new_in(dir).map_err(io("cannot write"))?;
+    file.write_all(&bytes).map_err(io("cannot write"))?;
+    file.persist(&path).map_err(|err| io("cannot replace")(err.error))?;
+    Ok(())
+}
+
+/// The writer thread. Whatever is queued is taken in one go: lines for the
+/// same log are joined and written with one system call per log, then
+/// pending metadata is saved, then waiters are told.
 fn run_writer(commands: &mpsc::Receiver<WriterCommand>) {
     let mut files: HashMap<PathBuf, File> = HashMap::new();
+    let mut batches: Vec<(PathBuf, Vec<u8>)> = Vec::new();
     while let Ok(first) = commands.recv() {
         let mut waiting = Vec::new();
         let mut next = Some(first);
         while let Some(command) = next {
             match command {
-                WriterCommand::Append { path, line } => {
-                    let file = match files.entry(path) {
-                        std::collections::hash_map::Entry::Occupied(entry) => Some(entry.into_mut()),
-                        std::collections::hash_map::Entry::Vacant(entry) => {
-                            match OpenOptions::new().create(true).append(true).open(entry.key()) {
-                                Ok(file) => Some(entry.insert(file)),
-                                Err(err) => {
-                                    tracing::warn!(path = %entry.key().display(), %err, "cannot open a session log");
-                                    None
-                                }
-                            }
-                        }
-                    };
-                    // One write per line: the OS appends it whole, so a kill
-                    // tears at most this line.
-                    if let Some(file) = file
-                        && let Err(err) = file.write_all(&line)
-                    {
-                        tracing::warn!(%err, "cannot append to a session log");
+                WriterCommand::Append { dir, line } => match batches.iter_mut().find(|(d, _)| *d == dir) {
+                    Some((_, batch)) => batch.extend_from_slice(&line),
+                    None => batches.push((dir, line)),
+                },
+                WriterCommand::SaveMeta(meta, dir) => {
+                    if let Err(err) = write_meta(&dir, &meta) {
+                        tracing::warn!(%err, "cannot save a session's metadata");
                     }
                 }
-                WriterCommand::Close { path } => {
-                    files.remove(&path);
+                WriterCommand::Close { dir } => {
+                    write_batches(&mut files, &mut batches);
+                    files.remove(&dir);
                 }
                 WriterCommand::Flush(done) => waiting.push(done),
             }
             next = commands.try_recv().ok();
         }
+        write_batches(&mut files, &mut batches);
         for done in waiting {
             let _ = done.send(());
+        }
+    }
+}
+
+fn write_batches(files: &mut HashMap<PathBuf, File>, batches: &mut Vec<(PathBuf, Vec<u8>)>) {
+    for (dir, bytes) in batches.drain(..) {
+        let file = match files.entry(dir) {
+            std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
+            std::collections::hash_map::Entry::Vacant(entry) => {
+                match OpenOptions::new().create(true).append(true).open(entry.key().join(LOG_FILE)) {
+                    Ok(file) => entry.insert(file),
+                    Err(err) => {
+                        tracing::warn!(path = %entry.key().display(), %err, "cannot open a session log");
+                        continue;
+                    }
+                }
+            }
+        };
+        // Whole lines only: a kill can tear at most the last line of a batch.
+        if let Err(err) = file.write_all(&bytes) {
+            tracing::warn!(%err, "cannot append to a session log");
         }
     }
 }

@@ -23,8 +23,9 @@ use std::time::Duration;
 use agent_client_protocol_schema::ProtocolVersion;
 use agent_client_protocol_schema::v1::{
     AgentCapabilities, CancelNotification, ClientCapabilities, Implementation, InitializeRequest, InitializeResponse,
-    PromptCapabilities, SessionAdditionalDirectoriesCapabilities, SessionCapabilities, SessionCloseCapabilities,
-    SessionDeleteCapabilities, SessionListCapabilities, SessionResumeCapabilities, StopReason as AcpStopReason,
+    McpCapabilities, PromptCapabilities, SessionAdditionalDirectoriesCapabilities, SessionCapabilities,
+    SessionCloseCapabilities, SessionDeleteCapabilities, SessionListCapabilities, SessionResumeCapabilities,
+    StopReason as AcpStopReason,
 };
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -258,7 +259,10 @@ impl Server {
                 .resume(SessionResumeCapabilities::new())
                 .delete(SessionDeleteCapabilities::new());
         }
+        // stdio is a given; lathe also speaks Streamable HTTP and the older
+        // HTTP+SSE transport (the `mcp` module).
         let capabilities = AgentCapabilities::new()
+            .mcp_capabilities(McpCapabilities::new().http(true).sse(true))
             .load_session(self.store.is_some())
             .prompt_capabilities(PromptCapabilities::new().embedded_context(true).image(vision))
             .session_capabilities(sessions);

@@ -45,6 +45,10 @@ struct Placement {
     cwd: PathBuf,
     additional_directories: Vec<PathBuf>,
     mcp_servers: Vec<Value>,
+    /// The same servers, in the shape the `mcp` module connects to.
+    mcp: Vec<crate::config::McpServer>,
+    /// When the session was first created: now for a new one.
+    created_at: String,
 }
 
 impl Server {
@@ -71,7 +75,7 @@ impl Server {
                 cwd: placement.cwd.clone(),
                 additional_directories: placement.additional_directories.clone(),
                 title: None,
-                created_at: now_rfc3339(),
+                created_at: placement.created_at.clone(),
                 updated_at: now_rfc3339(),
                 model: Some(choices.model_key.clone()),
                 mode: Some(Mode::Ask.id().to_owned()),
@@ -121,6 +125,8 @@ impl Server {
                 other => RpcError::new(super::INTERNAL_ERROR, format!("Cannot load session {session_id}: {other}")),
             })?;
             let mut meta = stored.meta.clone();
+            let mut placement = placement;
+            placement.created_at.clone_from(&meta.created_at);
             let model_key = meta
                 .model
                 .clone()
@@ -181,8 +187,21 @@ impl Server {
             cwd: placement.cwd,
             additional_directories: placement.additional_directories,
             mcp_servers: placement.mcp_servers,
+            created_at: placement.created_at,
         };
         let session = Arc::new(Session::new(Arc::clone(&id), setup, conversation, choices, mode, &self.root));
+        // Connected in the background: the response does not wait for them.
+        let servers = crate::mcp::merge(placement.mcp, &self.config.mcp_servers);
+        if !servers.is_empty() {
+            let hub = crate::mcp::McpHub::start(
+                servers,
+                self.config.mcp,
+                session.setup().cwd.clone(),
+                crate::tools::definitions(),
+                session.lifetime(),
+            );
+            session.set_external_tools(hub);
+        }
         lock(&self.sessions).insert(id, Arc::clone(&session));
         session
     }
@@ -211,7 +230,7 @@ impl Server {
             return;
         }
         let choices = session.choices();
-        let created_at = store.load_meta(session.id()).map(|m| m.created_at).unwrap_or_else(|_| now_rfc3339());
+        let created_at = session.setup().created_at.clone();
         let meta = SessionMeta {
             session_id: session.id().to_string(),
             cwd: session.setup().cwd.clone(),
@@ -223,9 +242,7 @@ impl Server {
             mode: Some(session.mode().id().to_owned()),
             thought_level: choices.thought_level,
         };
-        if let Err(err) = store.save_meta(&meta) {
-            tracing::warn!(%err, "cannot save the session's metadata");
-        }
+        store.save_meta_later(meta);
     }
 
     pub(super) fn list_sessions(&self, params: Value) -> Result<ListSessionsResponse, RpcError> {
@@ -323,8 +340,45 @@ fn placement(
         .enumerate()
         .map(|(i, dir)| absolute_dir(dir, &format!("additionalDirectories[{i}]")))
         .collect::<Result<Vec<_>, _>>()?;
+    let mcp = mcp_servers.iter().filter_map(mcp_server).collect();
     let mcp_servers = mcp_servers.iter().map(|server| serde_json::to_value(server).unwrap_or(Value::Null)).collect();
-    Ok(Placement { cwd, additional_directories, mcp_servers })
+    Ok(Placement { cwd, additional_directories, mcp_servers, mcp, created_at: now_rfc3339() })
+}
+
+/// An ACP MCP server description in the shape the `mcp` module connects to.
+fn mcp_server(server: &agent_client_protocol_schema::v1::McpServer) -> Option<crate::config::McpServer> {
+    use crate::config::McpTransport;
+    use agent_client_protocol_schema::v1::McpServer;
+    let (name, transport) = match server {
+        McpServer::Stdio(stdio) => (
+            stdio.name.clone(),
+            McpTransport::Stdio {
+                command: stdio.command.to_string_lossy().into_owned(),
+                args: stdio.args.clone(),
+                env: stdio.env.iter().map(|v| (v.name.clone(), v.value.clone())).collect(),
+            },
+        ),
+        McpServer::Http(http) => (
+            http.name.clone(),
+            McpTransport::Http {
+                url: http.url.clone(),
+                headers: http.headers.iter().map(|h| (h.name.clone(), h.value.clone())).collect(),
+            },
+        ),
+        McpServer::Sse(sse) => (
+            sse.name.clone(),
+            McpTransport::Sse {
+                url: sse.url.clone(),
+                headers: sse.headers.iter().map(|h| (h.name.clone(), h.value.clone())).collect(),
+            },
+        ),
+        // A transport lathe does not advertise (the schema's enum is non-exhaustive).
+        _ => {
+            tracing::warn!("ignoring an MCP server with a transport lathe does not support");
+            return None;
+        }
+    };
+    Some(crate::config::McpServer { name, transport })
 }
 
 fn absolute_dir(path: &std::path::Path, field: &str) -> Result<PathBuf, RpcError> {

@@ -140,6 +140,7 @@ impl Server {
         let approver = ClientApprover { outbox: self.outbox.clone(), session_id };
         let roots = session.roots();
         let limits = ToolLimits::default();
+        let external = session.external_tools();
         let runner = Turn {
             client: &client,
             settings: &self.config.agent,
@@ -155,6 +156,7 @@ impl Server {
                 seen: session.file_versions(),
             },
             tools: crate::tools::definitions(),
+            external: external.as_deref(),
             context: &self.config.context,
         };
         runner.run(turn.conversation(), parts).await
@@ -181,8 +183,10 @@ impl Server {
                 let choices = session.choices();
                 let client = self.model_client(&choices.model_key, choices.thought_level.as_deref())?;
                 let token = turn.token().clone();
-                let compactor =
-                    Compactor { client: &client, events, cancel: &token, tools: crate::tools::definitions() };
+                // The same tools as the session's requests, so the summary request shares their prefix.
+                let offered = session.external_tools().map(|external| external.definitions());
+                let tools = offered.as_deref().unwrap_or(crate::tools::definitions());
+                let compactor = Compactor { client: &client, events, cancel: &token, tools };
                 match compactor.compact(turn.conversation(), None).await {
                     Compaction::Done { .. } => format!("Compacted {before} messages into a summary."),
                     Compaction::NothingToDo => "There is nothing to compact yet.".to_owned(),

@@ -2,9 +2,10 @@
 //! editor sees (kinds, locations, content) in their ACP shapes.
 
 use agent_client_protocol_schema::v1::{
-    Content, ContentBlock, ContentChunk, Diff, MessageId, Plan, PlanEntry, PlanEntryPriority, PlanEntryStatus,
-    SessionId, SessionNotification, SessionUpdate, Terminal, ToolCall, ToolCallContent, ToolCallLocation,
-    ToolCallStatus as AcpToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind as AcpToolKind, UsageUpdate,
+    Content, ContentBlock, ContentChunk, Diff, ImageContent, MessageId, Plan, PlanEntry, PlanEntryPriority,
+    PlanEntryStatus, ResourceLink, SessionId, SessionNotification, SessionUpdate, Terminal, ToolCall, ToolCallContent,
+    ToolCallLocation, ToolCallStatus as AcpToolCallStatus, ToolCallUpdate, ToolCallUpdateFields,
+    ToolKind as AcpToolKind, UsageUpdate,
 };
 
 use crate::agent::{AgentEvent, EventSink, ToolCallChange, ToolCallStatus};
@@ -150,6 +151,12 @@ pub fn tool_content(content: DisplayContent) -> ToolCallContent {
             ToolCallContent::Diff(Diff::new(wire_path(&path), new_text).old_text(old_text))
         }
         DisplayContent::Terminal(id) => ToolCallContent::Terminal(Terminal::new(id)),
+        DisplayContent::Image { data, mime_type } => {
+            ToolCallContent::Content(Content::new(ContentBlock::Image(ImageContent::new(data, mime_type))))
+        }
+        DisplayContent::ResourceLink { uri, name } => {
+            ToolCallContent::Content(Content::new(ContentBlock::ResourceLink(ResourceLink::new(name, uri))))
+        }
     }
 }
 

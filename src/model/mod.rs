@@ -10,8 +10,8 @@
 //! is given and reports what came back.
 
 pub mod decode;
-pub mod sse;
 pub mod retry;
+pub mod sse;
 pub mod wire;
 
 use std::pin::Pin;

@@ -14,6 +14,11 @@
 //! Errors a model can act on (a missing file, a bad argument, a non-unique
 //! edit) are outcomes with [`OutcomeStatus::Failed`] and a message for the
 //! model, never a failed turn.
+//!
+//! Tools that live outside lathe (MCP servers) come in through the
+//! [`ExternalTools`] seam: the turn offers their definitions next to the
+//! built-ins and hands them the calls no built-in answers. This module does
+//! not know where they come from.
 
 pub mod fs;
 pub mod local;
@@ -23,7 +28,7 @@ pub mod shell;
 pub mod versions;
 
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
@@ -185,6 +190,16 @@ pub enum Access {
         /// Its working directory.
         cwd: PathBuf,
     },
+    /// Calls a tool of an external (MCP) server. Such a tool has no paths to
+    /// judge; the server's `readOnlyHint` says whether it only reads.
+    External {
+        /// The server's name.
+        server: String,
+        /// The tool's name on that server.
+        tool: String,
+        /// Whether the server says the tool changes nothing.
+        read_only: bool,
+    },
 }
 
 /// How a call is shown before it runs, and what it touches.
@@ -238,6 +253,20 @@ pub enum DisplayContent {
     },
     /// A live terminal created through the editor.
     Terminal(String),
+    /// An image (an MCP tool's result).
+    Image {
+        /// Base64-encoded image data.
+        data: String,
+        /// Its MIME type, e.g. `image/png`.
+        mime_type: String,
+    },
+    /// A link to a resource the editor may open.
+    ResourceLink {
+        /// Where it is.
+        uri: String,
+        /// Its name.
+        name: String,
+    },
 }
 
 /// How a call ended.
@@ -508,6 +537,42 @@ pub trait Terminals: Send + Sync {
     /// Kills and releases without waiting for the editor's answers (for
     /// cancellation, where the turn must answer at once).
     fn abandon(&self, terminal_id: &str);
+}
+
+/// A call to an external tool whose arguments parsed, described and ready to run.
+#[derive(Debug, Clone)]
+pub struct ExternalCall {
+    /// The name the model called it by.
+    pub name: String,
+    /// The arguments, a JSON object.
+    pub arguments: serde_json::Map<String, Value>,
+    /// What kind of work it does, for the editor.
+    pub kind: ToolKind,
+    /// How it is shown and what it touches.
+    pub description: Description,
+}
+
+/// Tools that live outside lathe (MCP servers), offered to the model next to
+/// the built-in ones. Implemented by the `mcp` module; the turn knows only
+/// this.
+pub trait ExternalTools: Send + Sync + std::fmt::Debug {
+    /// Waits, bounded and until `cancel`, for the tools that are still being
+    /// set up (servers starting, tool lists being refreshed). Returns what the
+    /// user should be told about it (a server that could not start), once.
+    fn settle<'a>(&'a self, cancel: &'a CancellationToken) -> BoxFuture<'a, Vec<String>>;
+    /// Every tool offered to the model: the built-ins first, in their order,
+    /// then the external ones sorted by name. The same value (and bytes) until
+    /// an external tool list changes, so requests keep a stable prefix.
+    fn definitions(&self) -> Arc<[ToolDefinition]>;
+    /// The title and kind to show while the model is still writing a call to
+    /// `name`; `None` when `name` is not an external tool.
+    fn pending(&self, name: &str) -> Option<(String, ToolKind)>;
+    /// Parses and describes a call. `None` when `name` is not an external
+    /// tool; `Some(Err)` with a message for the model when its arguments are
+    /// not a JSON object.
+    fn prepare(&self, name: &str, arguments: &str) -> Option<Result<ExternalCall, String>>;
+    /// Runs a prepared call. Honours `ctx.cancel`; failures are outcomes.
+    fn run<'a>(&'a self, call: ExternalCall, ctx: &'a ToolContext<'a>) -> BoxFuture<'a, ToolOutcome>;
 }
 
 /// Parses a call's arguments and describes it. An unknown tool or bad

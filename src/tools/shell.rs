@@ -460,12 +460,14 @@ fn terminal_text(output: &TerminalOutput, limit: usize) -> String {
 
 /// A child's process group, killed with SIGKILL when this is dropped — also
 /// when the run future is dropped mid-run — unless it was already finished.
-struct ProcessGroup {
+/// (Also used for the MCP servers lathe starts.)
+pub(crate) struct ProcessGroup {
     pgid: Option<Pid>,
 }
 
 impl ProcessGroup {
-    fn new(leader: Option<u32>) -> Self {
+    /// The group led by the process `leader` (started with `process_group(0)`).
+    pub(crate) fn new(leader: Option<u32>) -> Self {
         // Never 0 or 1: killpg(0) would signal our own group.
         let pgid = leader.and_then(|pid| i32::try_from(pid).ok()).filter(|pid| *pid > 1).map(Pid::from_raw);
         Self { pgid }
@@ -483,7 +485,7 @@ impl ProcessGroup {
     /// leader has been reaped: the group id cannot be reused while any member
     /// lives, and once none does, reuse would need the pid counter to wrap
     /// around in the instant since the reap.
-    fn finish(&mut self) {
+    pub(crate) fn finish(&mut self) {
         self.signal(Signal::SIGKILL);
         self.pgid = None;
     }

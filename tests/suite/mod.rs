@@ -4,11 +4,13 @@
 // `allow-unwrap-in-tests` only covers the test functions themselves.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod bench_smoke;
 mod cancel;
 mod cli;
 mod concurrency;
 mod file_safety;
 mod hygiene;
+mod mcp;
 mod mock_server;
 mod official_client;
 mod protocol;

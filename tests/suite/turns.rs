@@ -253,6 +253,13 @@ async fn prompts_that_arrive_while_a_turn_runs_are_queued() {
     h.mock.push(Reply::Sse(vec![ev_role(), ev_text("stuck"), Step::Stall]));
     let running = prompt(&mut h.agent, &session, "three").await;
     let queued = prompt(&mut h.agent, &session, "four").await;
+    // "three" is running (its answer has started) before anything is cancelled.
+    while h
+        .agent
+        .next_message(std::time::Duration::from_secs(5))
+        .await
+        .is_some_and(|m| m["params"]["update"]["sessionUpdate"] != "agent_message_chunk")
+    {}
     h.agent.notify("$/cancel_request", json!({"requestId": queued})).await;
     let (_, response) = h.agent.response(queued).await;
     assert_eq!(response["result"]["stopReason"], "cancelled");

@@ -11,6 +11,7 @@
 pub mod acp_client;
 pub mod editor;
 pub mod harness;
+pub mod mcp_server;
 pub mod mock_openai;
 pub mod sse;
 

@@ -1,0 +1,175 @@
+//! Local MCP servers: the process lathe starts for a stdio server, in its own
+//! process group, and what is left of it when it stops.
+//!
+//! The child's stdin and stdout are the MCP pipes. Its stderr never reaches
+//! lathe's stdout (which carries ACP): each line goes to lathe's log at debug
+//! level, and the last few are kept to explain a failure ("exited with status
+//! 1: cannot find config"). The whole group is killed with SIGKILL when the
+//! [`ChildProcess`] is dropped (session closed or deleted, EOF, a signal, a
+//! failed start), so helpers the server started go too. This module knows
+//! processes, not MCP.
+
+use std::collections::VecDeque;
+use std::path::Path;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{ChildStdin, ChildStdout, Command};
+use tokio::task::JoinHandle;
+
+use crate::tools::shell::ProcessGroup;
+
+/// Lines of stderr kept to explain a failure.
+const STDERR_LINES: usize = 5;
+
+/// Characters of one stderr line kept.
+const STDERR_LINE_CHARS: usize = 300;
+
+/// A started server process. Dropping it kills its process group.
+pub(super) struct ChildProcess {
+    group: Arc<Mutex<ProcessGroup>>,
+    state: Arc<Mutex<ExitState>>,
+    reaper: JoinHandle<()>,
+    stderr: JoinHandle<()>,
+}
+
+/// What is known of how the process ended, and the last lines it wrote to stderr.
+#[derive(Default)]
+struct ExitState {
+    status: Option<ExitStatus>,
+    stderr_tail: VecDeque<String>,
+    /// Whether stderr was read to its end.
+    stderr_done: bool,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl ChildProcess {
+    /// Starts `command` with `args` in `cwd`, with `env` added to lathe's
+    /// environment, in a new process group. Returns the process and its
+    /// stdout and stdin (the MCP pipes). `server` names it in the log.
+    pub(super) fn spawn(
+        server: &str,
+        command: &str,
+        args: &[String],
+        env: &[(String, String)],
+        cwd: &Path,
+    ) -> std::io::Result<(ChildProcess, ChildStdout, ChildStdin)> {
+        let mut cmd = Command::new(command);
+        cmd.args(args)
+            .envs(env.iter().map(|(name, value)| (name, value)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Its own group, so that one signal reaches everything it starts.
+            .process_group(0)
+            .kill_on_drop(true);
+        // A cwd that does not exist would fail the spawn; the server can do without it.
+        if cwd.is_dir() {
+            cmd.current_dir(cwd);
+        }
+        let mut child = cmd.spawn()?;
+        let group = Arc::new(Mutex::new(ProcessGroup::new(child.id())));
+        let (Some(stdout), Some(stdin), stderr) = (child.stdout.take(), child.stdin.take(), child.stderr.take()) else {
+            return Err(std::io::Error::other("the child's pipes were not set up"));
+        };
+        let state = Arc::new(Mutex::new(ExitState::default()));
+        let stderr = tokio::spawn(read_stderr(server.to_owned(), stderr, Arc::clone(&state)));
+        let reaper = {
+            let (group, state) = (Arc::clone(&group), Arc::clone(&state));
+            let server = server.to_owned();
+            tokio::spawn(async move {
+                let status = child.wait().await;
+                // The leader is gone: whatever it left in its group goes too.
+                lock(&group).finish();
+                match status {
+                    Ok(status) => {
+                        tracing::debug!(%server, %status, "MCP server process exited");
+                        lock(&state).status = Some(status);
+                    }
+                    Err(err) => tracing::warn!(%server, %err, "cannot wait for the MCP server process"),
+                }
+            })
+        };
+        Ok((ChildProcess { group, state, reaper, stderr }, stdout, stdin))
+    }
+
+    /// How the process ended, if it did, with its last stderr lines; waits
+    /// up to `wait` for it to end (a server that closed its stdout is usually
+    /// exiting). `None` when it still runs and said nothing.
+    pub(super) async fn describe_exit(&self, wait: Duration) -> Option<String> {
+        let deadline = tokio::time::Instant::now() + wait;
+        // Until it exited and its last stderr lines are in (a helper it left
+        // may hold stderr open: then until the deadline).
+        loop {
+            let done = {
+                let state = lock(&self.state);
+                state.status.is_some() && state.stderr_done
+            };
+            if done || tokio::time::Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let state = lock(&self.state);
+        let status = state.status.map(describe_status);
+        let tail = (!state.stderr_tail.is_empty())
+            .then(|| state.stderr_tail.iter().map(String::as_str).collect::<Vec<_>>().join(" | "));
+        match (status, tail) {
+            (Some(status), Some(tail)) => Some(format!("{status}; stderr: {tail}")),
+            (Some(status), None) => Some(status),
+            (None, Some(tail)) => Some(format!("stderr: {tail}")),
+            (None, None) => None,
+        }
+    }
+}
+
+impl Drop for ChildProcess {
+    fn drop(&mut self) {
+        lock(&self.group).finish();
+        self.reaper.abort();
+        self.stderr.abort();
+    }
+}
+
+fn describe_status(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("it exited with status {code}"),
+        (None, Some(signal)) => format!("it was killed by signal {signal}"),
+        (None, None) => format!("it ended ({status})"),
+    }
+}
+
+async fn read_stderr(server: String, stderr: Option<tokio::process::ChildStderr>, state: Arc<Mutex<ExitState>>) {
+    read_stderr_lines(&server, stderr, &state).await;
+    lock(&state).stderr_done = true;
+}
+
+async fn read_stderr_lines(server: &str, stderr: Option<tokio::process::ChildStderr>, state: &Mutex<ExitState>) {
+    let Some(stderr) = stderr else { return };
+    let mut lines = BufReader::new(stderr).lines();
+    loop {
+        match lines.next_line().await {
+            Ok(Some(line)) => {
+                let line = line.trim_end();
+                if line.is_empty() {
+                    continue;
+                }
+                tracing::debug!(%server, "MCP server stderr: {line}");
+                let kept: String = line.chars().take(STDERR_LINE_CHARS).collect();
+                let mut state = lock(state);
+                if state.stderr_tail.len() == STDERR_LINES {
+                    state.stderr_tail.pop_front();
+                }
+                state.stderr_tail.push_back(kept);
+            }
+            // Not UTF-8 or a broken pipe: nothing more worth reading.
+            Ok(None) | Err(_) => return,
+        }
+    }
+}

@@ -1,0 +1,497 @@
+//! MCP servers end to end through the real binary: the editor passes servers
+//! in `session/new` (stdio: the `mcp_fixture` example; Streamable HTTP and
+//! HTTP+SSE: the same server in this process), or the config names them; the
+//! mock model calls their tools; the fake editor answers permission. The
+//! tests check what the model was offered and told, what the editor was
+//! shown, and what the servers saw (`MCP_FIXTURE_LOG`).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::acp_client::{AgentProcess, DEFAULT_TIMEOUT, agent_text, prompt, updates_of_kind};
+use crate::support::editor::{FakeEditor, Permission};
+use crate::support::harness::Harness;
+use crate::support::mcp_server::{Fixture, HttpMcpServer};
+use crate::support::mock_openai::{text_reply, tool_call_reply};
+
+/// The stdio fixture, built by `cargo test` next to this test binary
+/// (`target/<profile>/examples/mcp_fixture`).
+fn fixture_path() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>");
+    let path = profile_dir.join("examples").join("mcp_fixture");
+    let built = std::fs::metadata(&path).and_then(|m| m.modified());
+    let sources = ["examples/mcp_fixture.rs", "tests/support/mcp_server.rs"]
+        .map(|source| std::fs::metadata(Path::new(env!("CARGO_MANIFEST_DIR")).join(source)).and_then(|m| m.modified()));
+    let fresh = match built {
+        Ok(built) => sources.iter().all(|source| source.as_ref().is_ok_and(|source| *source <= built)),
+        Err(_) => false,
+    };
+    assert!(
+        fresh,
+        "{} is missing or older than its sources: the MCP tests need the example `mcp_fixture`; run them with plain \
+         `cargo test` (which builds examples) or `cargo build --example mcp_fixture` first",
+        path.display()
+    );
+    path
+}
+
+/// A stdio server description for `session/new`, logging to `log`.
+fn stdio_server(name: &str, args: &[&str], log: &Path) -> Value {
+    json!({
+        "name": name,
+        "command": fixture_path(),
+        "args": args,
+        "env": [{"name": "MCP_FIXTURE_LOG", "value": log}],
+    })
+}
+
+/// `initialize` then `session/new` with these MCP servers; returns the
+/// session id and how long `session/new` took.
+async fn session_with(agent: &mut AgentProcess, cwd: &Path, servers: Value) -> (String, Duration) {
+    let id = agent.request("initialize", json!({"protocolVersion": 1, "clientCapabilities": {}})).await;
+    let (_, response) = agent.response(id).await;
+    assert!(response.get("result").is_some(), "{response}");
+    let started = Instant::now();
+    let id = agent.request("session/new", json!({"cwd": cwd, "mcpServers": servers})).await;
+    let (_, response) = agent.response(id).await;
+    let took = started.elapsed();
+    let session = response["result"]["sessionId"].as_str().unwrap_or_else(|| panic!("{response}")).to_owned();
+    // The slash commands follow the response.
+    let commands = agent.next_message(DEFAULT_TIMEOUT).await.expect("available_commands_update");
+    assert_eq!(commands["params"]["update"]["sessionUpdate"], "available_commands_update");
+    (session, took)
+}
+
+async fn run(h: &mut Harness, session: &str, editor: &mut FakeEditor) -> (Vec<Value>, Value) {
+    let id = prompt(&mut h.agent, session, "do it").await;
+    h.agent.response_answering(id, |request| editor.answer(request)).await
+}
+
+fn tool_names(body: &Value) -> Vec<String> {
+    body["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap().to_owned()).collect()
+}
+
+fn tool<'a>(body: &'a Value, name: &str) -> &'a Value {
+    body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["function"]["name"] == name)
+        .unwrap_or_else(|| panic!("{name} is not offered: {:?}", tool_names(body)))
+}
+
+/// The tool message of a request body for this call.
+fn tool_result(body: &Value, call_id: &str) -> String {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool" && m["tool_call_id"] == call_id)
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_else(|| panic!("no tool result for {call_id} in {body}"))
+        .to_owned()
+}
+
+fn updates_for<'a>(messages: &'a [Value], call_id: &str) -> Vec<&'a Value> {
+    messages
+        .iter()
+        .filter(|m| m["method"] == "session/update")
+        .map(|m| &m["params"]["update"])
+        .filter(|u| u["toolCallId"] == call_id)
+        .collect()
+}
+
+fn final_status(messages: &[Value], call_id: &str) -> String {
+    updates_for(messages, call_id)
+        .iter()
+        .rev()
+        .find_map(|u| u["status"].as_str())
+        .unwrap_or_else(|| panic!("no status for {call_id}"))
+        .to_owned()
+}
+
+/// The last content a call showed, as JSON.
+fn final_content(messages: &[Value], call_id: &str) -> Value {
+    updates_for(messages, call_id).iter().rev().find_map(|u| u.get("content").cloned()).unwrap_or(Value::Null)
+}
+
+fn read_log(log: &Path) -> Vec<String> {
+    std::fs::read_to_string(log).unwrap_or_default().lines().map(str::to_owned).collect()
+}
+
+/// Waits until the fixture's log has a line `line`.
+async fn wait_for_log(log: &Path, line: &str) {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !read_log(log).iter().any(|l| l == line) {
+        assert!(Instant::now() < deadline, "the fixture never logged {line:?}: {:?}", read_log(log));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The process ids the fixture logged at start.
+fn started_pids(log: &Path) -> Vec<i32> {
+    read_log(log).iter().filter_map(|l| l.strip_prefix("start:")).filter_map(|pid| pid.parse().ok()).collect()
+}
+
+fn alive(pid: i32) -> bool {
+    // Signal 0 checks existence; a zombie (exited, not yet reaped) does not count as alive.
+    let status = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = status.rsplit(')').next().and_then(|rest| rest.split_whitespace().next()).unwrap_or("");
+    !status.is_empty() && state != "Z" && state != "X"
+}
+
+async fn wait_dead(pid: i32) {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while alive(pid) {
+        assert!(Instant::now() < deadline, "MCP server process {pid} is still alive");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Items 21 and 9: lathe says it speaks HTTP and SSE MCP servers (stdio is a given).
+#[tokio::test]
+async fn initialize_advertises_http_and_sse_mcp_servers() {
+    let mut h = Harness::start().await;
+    let id = h.agent.request("initialize", json!({"protocolVersion": 1})).await;
+    let (_, response) = h.agent.response(id).await;
+    assert_eq!(response["result"]["agentCapabilities"]["mcpCapabilities"], json!({"http": true, "sse": true}));
+}
+
+/// A stdio server's tools are offered namespaced, with cleaned schemas; a
+/// read-only tool runs without asking, the other asks like a command; both
+/// results go back to the model.
+#[tokio::test]
+async fn stdio_tools_are_offered_and_called_behind_permission() {
+    let mut h = Harness::start().await;
+    let log = h.home.path().join("fixture.log");
+    let (session, took) = session_with(&mut h.agent, &h.project, json!([stdio_server("fixture", &[], &log)])).await;
+    assert!(took < Duration::from_secs(1), "session/new does not wait for servers: {took:?}");
+    h.mock.push(tool_call_reply(&[
+        ("call_e", "fixture__echo", json!({"text": "hello"})),
+        ("call_n", "fixture__note", json!({"text": "remember"})),
+    ]));
+    h.mock.push(text_reply("done"));
+    let mut editor = FakeEditor::answering(&[Permission::Select("allow_once")]);
+    let (before, response) = run(&mut h, &session, &mut editor).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+
+    let first = &h.mock.requests()[0].body;
+    let names = tool_names(first);
+    assert_eq!(names[0], "read_file", "built-ins first");
+    let mcp: Vec<&String> = names.iter().filter(|n| n.contains("__")).collect();
+    let mut sorted = mcp.clone();
+    sorted.sort();
+    assert_eq!(mcp, sorted, "MCP tools sorted by name");
+    for expected in ["fixture__echo", "fixture__note", "fixture__dotted_name", "fixture__hang"] {
+        assert!(names.iter().any(|n| n == expected), "{expected} in {names:?}");
+    }
+    let note = &tool(first, "fixture__note")["function"];
+    assert_eq!(note["description"], "Writes a note somewhere.");
+    assert!(note["parameters"].get("$schema").is_none(), "{note}");
+    assert!(note["parameters"]["properties"]["link"].get("format").is_none(), "{note}");
+    assert_eq!(note["parameters"]["type"], "object");
+
+    // Only the tool that changes things asked, and it asked like a command.
+    let asked = editor.requests_for("session/request_permission");
+    assert_eq!(asked.len(), 1, "{:?}", editor.methods());
+    let question = &asked[0]["params"]["toolCall"];
+    assert_eq!(question["toolCallId"], "call_n");
+    assert_eq!(question["title"], "note (fixture): text=\"remember\"");
+    let options: Vec<&str> =
+        asked[0]["params"]["options"].as_array().unwrap().iter().map(|o| o["optionId"].as_str().unwrap()).collect();
+    assert_eq!(options, ["allow_once", "allow_always", "reject_once", "reject_always"]);
+
+    let started = updates_of_kind(&before, "tool_call");
+    let echo_start = started.iter().find(|u| u["toolCallId"] == "call_e").unwrap();
+    assert_eq!(echo_start["title"], "Echo (fixture)");
+    assert_eq!(echo_start["kind"], "read");
+    let described = updates_for(&before, "call_n").into_iter().find(|u| u["kind"].is_string()).unwrap();
+    assert_eq!(described["kind"], "edit");
+    assert_eq!(final_status(&before, "call_e"), "completed");
+    assert_eq!(final_status(&before, "call_n"), "completed");
+    assert_eq!(final_content(&before, "call_e")[0]["content"]["text"], "echo: hello");
+
+    let second = &h.mock.requests()[1].body;
+    assert_eq!(tool_result(second, "call_e"), "echo: hello");
+    assert_eq!(tool_result(second, "call_n"), "noted: remember");
+    assert_eq!(second["tools"], first["tools"], "the tool list is byte-stable between requests");
+    assert_eq!(read_log(&log).iter().filter(|l| l.starts_with("call:")).count(), 2);
+}
+
+/// Rejecting an MCP tool tells the model; "always" remembers the tool.
+#[tokio::test]
+async fn permission_answers_for_mcp_tools_are_remembered_per_tool() {
+    let mut h = Harness::start().await;
+    let log = h.home.path().join("fixture.log");
+    let (session, _) = session_with(&mut h.agent, &h.project, json!([stdio_server("fixture", &[], &log)])).await;
+    h.mock.push(tool_call_reply(&[("call_1", "fixture__note", json!({"text": "a"}))]));
+    h.mock.push(tool_call_reply(&[("call_2", "fixture__note", json!({"text": "b"}))]));
+    h.mock.push(text_reply("ok"));
+    let mut editor = FakeEditor::answering(&[Permission::Select("allow_always")]);
+    let (before, _) = run(&mut h, &session, &mut editor).await;
+    assert_eq!(editor.requests_for("session/request_permission").len(), 1, "the second call did not ask");
+    assert_eq!(final_status(&before, "call_2"), "completed");
+
+    h.mock.push(tool_call_reply(&[("call_3", "fixture__crash", json!({}))]));
+    h.mock.push(text_reply("ok"));
+    let mut editor = FakeEditor::answering(&[Permission::Select("reject_once")]);
+    let (before, _) = run(&mut h, &session, &mut editor).await;
+    assert_eq!(final_status(&before, "call_3"), "failed");
+    let last = h.mock.requests().last().unwrap().body.clone();
+    assert!(tool_result(&last, "call_3").contains("declined"), "{last}");
+    assert!(!read_log(&log).iter().any(|l| l == "call:crash"), "a rejected call never reaches the server");
+}
+
+/// `isError` results are failures the model reads; structured content and
+/// images come through.
+#[tokio::test]
+async fn errors_images_and_structured_content_come_back() {
+    let mut h = Harness::with_config("[mcp]\ncall_timeout_secs = 5\n").await;
+    let log = h.home.path().join("fixture.log");
+    let (session, _) = session_with(&mut h.agent, &h.project, json!([stdio_server("fx", &[], &log)])).await;
+    h.mock.push(tool_call_reply(&[
+        ("call_f", "fx__fail", json!({})),
+        ("call_r", "fx__rich", json!({})),
+        ("call_s", "fx__structured", json!({})),
+    ]));
+    h.mock.push(text_reply("seen"));
+    let mut editor = FakeEditor::default();
+    let (before, response) = run(&mut h, &session, &mut editor).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn");
+    assert!(editor.requests.is_empty(), "no permission asked (full list: {:?})", editor.methods());
+
+    assert_eq!(final_status(&before, "call_f"), "failed");
+    let body = &h.mock.requests()[1].body;
+    assert_eq!(tool_result(body, "call_f"), "The tool reported an error:\nthe fixture failed on purpose");
+
+    let rich = final_content(&before, "call_r");
+    let kinds: Vec<&str> = rich.as_array().unwrap().iter().map(|c| c["content"]["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["text", "image", "text", "resource_link"], "{rich}");
+    assert_eq!(rich[1]["content"]["mimeType"], "image/png");
+    assert_eq!(rich[3]["content"]["uri"], "file:///report.pdf");
+    let told = tool_result(body, "call_r");
+    assert!(told.starts_with("a picture:\n[image: image/png"), "{told}");
+    assert!(told.contains("[resource file:///notes.txt]\nfile body"), "{told}");
+
+    let structured: Value = serde_json::from_str(&tool_result(body, "call_s")).unwrap();
+    assert_eq!(structured, json!({"temperature": 21, "unit": "C"}));
+}
+
+/// A stdio server that dies mid-call: the call fails saying so, the session
+/// lives, the server starts again on the next call; a second death withdraws
+/// its tools.
+#[tokio::test]
+async fn a_crashed_server_is_restarted_once() {
+    let mut h = Harness::start().await;
+    let log = h.home.path().join("fixture.log");
+    let (session, _) = session_with(&mut h.agent, &h.project, json!([stdio_server("fx", &[], &log)])).await;
+    h.mock.push(tool_call_reply(&[("call_c", "fx__crash", json!({}))]));
+    h.mock.push(text_reply("it crashed"));
+    let mut editor = FakeEditor::answering(&[Permission::Select("allow_always")]);
+    let (before, response) = run(&mut h, &session, &mut editor).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn");
+    assert_eq!(final_status(&before, "call_c"), "failed");
+    let told = tool_result(&h.mock.requests()[1].body, "call_c");
+    assert!(told.contains("The MCP server `fx` stopped while running `crash`"), "{told}");
+    assert!(told.contains("exited with status 3"), "{told}");
+    assert!(told.contains("crashing on purpose"), "its stderr explains: {told}");
+    assert!(told.contains("start it again on the next call"), "{told}");
+    assert_eq!(h.mock.requests()[1].body["tools"], h.mock.requests()[0].body["tools"], "its tools stay offered");
+
+    h.mock.push(tool_call_reply(&[("call_e", "fx__echo", json!({"text": "again"}))]));
+    h.mock.push(text_reply("back"));
+    let (before, _) = run(&mut h, &session, &mut editor).await;
+    assert_eq!(final_status(&before, "call_e"), "completed");
+    assert_eq!(tool_result(&h.mock.requests()[3].body, "call_e"), "echo: again");
+    assert_eq!(started_pids(&log).len(), 2, "started again once: {:?}", read_log(&log));
+
+    // A second death: no second restart, the tools are withdrawn.
+    h.mock.push(tool_call_reply(&[("call_c2", "fx__crash", json!({}))]));
+    h.mock.push(text_reply("gone"));
+    let (_, _) = run(&mut h, &session, &mut editor).await;
+    let told = tool_result(&h.mock.requests()[5].body, "call_c2");
+    assert!(told.contains("tools are withdrawn"), "{told}");
+    assert!(!tool_names(&h.mock.requests()[5].body).iter().any(|n| n.starts_with("fx__")));
+    assert_eq!(started_pids(&log).len(), 2);
+}
+
+/// A server that never answers: the call times out (and the server is told
+/// to cancel); a user's cancel ends the same wait at once, with
+/// `notifications/cancelled`.
+#[tokio::test]
+async fn a_silent_server_times_out_and_cancel_wins() {
+    let mut h = Harness::with_config("[mcp]\ncall_timeout_secs = 0.8\n").await;
+    let log = h.home.path().join("fixture.log");
+    let (session, _) = session_with(&mut h.agent, &h.project, json!([stdio_server("fx", &[], &log)])).await;
+    h.mock.push(tool_call_reply(&[("call_h", "fx__hang", json!({}))]));
+    h.mock.push(text_reply("too slow"));
+    let mut editor = FakeEditor::answering(&[Permission::Select("allow_always")]);
+    let (before, _) = run(&mut h, &session, &mut editor).await;
+    assert_eq!(final_status(&before, "call_h"), "failed");
+    let told = tool_result(&h.mock.requests()[1].body, "call_h");
+    assert!(told.contains("did not answer this `hang` call within 0.8 s"), "{told}");
+    wait_for_log(&log, "cancelled:hang").await;
+
+    // Now cancel while it hangs (the timeout is longer than the wait below).
+    h.mock.push(tool_call_reply(&[("call_h2", "fx__hang", json!({}))]));
+    let id = prompt(&mut h.agent, &session, "again").await;
+    loop {
+        let message = h.agent.next_message(Duration::from_secs(5)).await.expect("the call starts");
+        let update = &message["params"]["update"];
+        if update["toolCallId"] == "call_h2" && update["status"] == "in_progress" {
+            break;
+        }
+    }
+    // Cancel once the server runs it (a cancel before that never bothers the server).
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while read_log(&log).iter().filter(|l| *l == "call:hang").count() < 2 {
+        assert!(Instant::now() < deadline, "the second call never reached the server: {:?}", read_log(&log));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let cancelled_at = Instant::now();
+    h.agent.notify("session/cancel", json!({"sessionId": session})).await;
+    let (before, response) = h.agent.response(id).await;
+    assert!(cancelled_at.elapsed() < Duration::from_millis(400), "took {:?}", cancelled_at.elapsed());
+    assert_eq!(response["result"], json!({"stopReason": "cancelled"}));
+    assert_eq!(final_status(&before, "call_h2"), "failed");
+    let cancels = || read_log(&log).iter().filter(|l| *l == "cancelled:hang").count();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while cancels() < 2 {
+        assert!(Instant::now() < deadline, "the server was not told: {:?}", read_log(&log));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `notifications/tools/list_changed`: the next request offers the new list.
+#[tokio::test]
+async fn list_changed_reaches_the_next_request() {
+    let mut h = Harness::start().await;
+    let log = h.home.path().join("fixture.log");
+    let (session, _) = session_with(&mut h.agent, &h.project, json!([stdio_server("fx", &[], &log)])).await;
+    h.mock.push(tool_call_reply(&[("call_g", "fx__grow", json!({}))]));
+    h.mock.push(tool_call_reply(&[("call_x", "fx__extra", json!({}))]));
+    h.mock.push(text_reply("grown"));
+    let mut editor = FakeEditor::answering(&[Permission::Select("allow_always"), Permission::Select("allow_once")]);
+    let (before, _) = run(&mut h, &session, &mut editor).await;
+    let requests = h.mock.requests();
+    assert!(!tool_names(&requests[0].body).contains(&"fx__extra".to_owned()));
+    assert!(tool_names(&requests[1].body).contains(&"fx__extra".to_owned()), "{:?}", tool_names(&requests[1].body));
+    assert_eq!(final_status(&before, "call_x"), "completed");
+    assert_eq!(tool_result(&requests[2].body, "call_x"), "extra!");
+}
+
+/// The same tools over Streamable HTTP and the older HTTP+SSE transport.
+#[tokio::test]
+async fn http_and_sse_servers_work_too() {
+    let server = HttpMcpServer::start(Fixture::new(None)).await;
+    let mut h = Harness::start().await;
+    let servers = json!([
+        {"type": "http", "name": "web", "url": server.url(), "headers": [{"name": "X-Test", "value": "1"}]},
+        {"type": "sse", "name": "old", "url": server.sse_url(), "headers": []},
+    ]);
+    let (session, _) = session_with(&mut h.agent, &h.project, servers).await;
+    h.mock.push(tool_call_reply(&[
+        ("call_w", "web__echo", json!({"text": "over http"})),
+        ("call_o", "old__echo", json!({"text": "over sse"})),
+        ("call_g", "web__grow", json!({})),
+    ]));
+    h.mock.push(text_reply("both"));
+    let mut editor = FakeEditor::answering(&[Permission::Select("allow_once")]);
+    let (before, response) = run(&mut h, &session, &mut editor).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}\n{}", h.agent.stderr());
+    let requests = h.mock.requests();
+    let names = tool_names(&requests[0].body);
+    assert!(names.contains(&"web__echo".to_owned()) && names.contains(&"old__echo".to_owned()), "{names:?}");
+    assert_eq!(final_status(&before, "call_w"), "completed");
+    assert_eq!(tool_result(&requests[1].body, "call_w"), "echo: over http");
+    assert_eq!(tool_result(&requests[1].body, "call_o"), "echo: over sse");
+    assert!(tool_names(&requests[1].body).contains(&"web__extra".to_owned()), "list_changed over HTTP");
+}
+
+/// A server that cannot start, one that starts too slowly: the user is told
+/// which and why at the first prompt; the session and the other server work.
+#[tokio::test]
+async fn servers_that_fail_to_start_are_reported_and_the_others_work() {
+    let mut h = Harness::with_config("[mcp]\nstartup_timeout_secs = 1\n").await;
+    let log = h.home.path().join("fixture.log");
+    let servers = json!([
+        stdio_server("broken", &["--fail-start"], &log),
+        stdio_server("slow", &["--slow-start", "30"], &log),
+        stdio_server("good", &[], &log),
+        {"name": "missing", "command": "/nonexistent/mcp-server", "args": [], "env": []},
+    ]);
+    let (session, took) = session_with(&mut h.agent, &h.project, servers).await;
+    assert!(took < Duration::from_millis(800), "session/new does not wait for slow servers: {took:?}");
+    h.mock.push(tool_call_reply(&[("call_e", "good__echo", json!({"text": "still here"}))]));
+    h.mock.push(text_reply("fine"));
+    let (before, response) = run(&mut h, &session, &mut FakeEditor::default()).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn");
+    let said = agent_text(&before);
+    assert!(said.contains("MCP server `broken` is unavailable"), "{said}");
+    assert!(said.contains("exited with status 2") && said.contains("bad configuration"), "{said}");
+    assert!(said.contains("MCP server `slow` is unavailable") && said.contains("within 1 s"), "{said}");
+    assert!(said.contains("MCP server `missing` is unavailable") && said.contains("cannot start"), "{said}");
+    assert!(said.ends_with("fine"), "the answer follows: {said}");
+    let names = tool_names(&h.mock.requests()[0].body);
+    assert!(names.contains(&"good__echo".to_owned()));
+    assert!(!names.iter().any(|n| n.starts_with("broken__") || n.starts_with("slow__")), "{names:?}");
+    assert_eq!(tool_result(&h.mock.requests()[1].body, "call_e"), "echo: still here");
+
+    // Told once, not at every prompt.
+    h.mock.push(text_reply("again"));
+    let (before, _) = run(&mut h, &session, &mut FakeEditor::default()).await;
+    assert_eq!(agent_text(&before), "again");
+}
+
+/// Servers from `[mcp_servers.<name>]` in the config, for every session.
+#[tokio::test]
+async fn servers_from_the_config_file() {
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("fixture.log");
+    let config =
+        format!("[mcp_servers.cfg]\ncommand = {:?}\nenv = {{ MCP_FIXTURE_LOG = {:?} }}\n", fixture_path(), log);
+    let mut h = Harness::with_config(&config).await;
+    let session = h.session().await;
+    h.mock.push(tool_call_reply(&[("call_e", "cfg__echo", json!({"text": "from the config"}))]));
+    h.mock.push(text_reply("ok"));
+    let (before, _) = run(&mut h, &session, &mut FakeEditor::default()).await;
+    assert_eq!(final_status(&before, "call_e"), "completed");
+    assert_eq!(tool_result(&h.mock.requests()[1].body, "call_e"), "echo: from the config");
+}
+
+/// Closing the session kills its servers; so does lathe's exit on EOF.
+#[tokio::test]
+async fn servers_die_with_their_session_and_with_lathe() {
+    let mut h = Harness::start().await;
+    let log = h.home.path().join("fixture.log");
+    let (first, _) = session_with(&mut h.agent, &h.project, json!([stdio_server("fx", &[], &log)])).await;
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while started_pids(&log).is_empty() {
+        assert!(Instant::now() < deadline, "the server never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let pid = started_pids(&log)[0];
+    assert!(alive(pid));
+    let id = h.agent.request("session/close", json!({"sessionId": first})).await;
+    let (_, response) = h.agent.response(id).await;
+    assert!(response.get("result").is_some(), "{response}");
+    wait_dead(pid).await;
+
+    let id =
+        h.agent.request("session/new", json!({"cwd": h.project, "mcpServers": [stdio_server("fx", &[], &log)]})).await;
+    let (_, response) = h.agent.response(id).await;
+    assert!(response.get("result").is_some(), "{response}");
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while started_pids(&log).len() < 2 {
+        assert!(Instant::now() < deadline, "the second server never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let pid = started_pids(&log)[1];
+    h.agent.close_stdin();
+    let status = h.agent.wait_exit(Duration::from_secs(3)).await.expect("lathe exits on EOF");
+    assert!(status.success());
+    wait_dead(pid).await;
+}
