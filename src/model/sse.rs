@@ -15,22 +15,73 @@
 //! Found with the `sse_decoder` fuzz target (`fuzz/`): a single BOM while
 //! writing it (its seed `04_bom_and_cr_only`), two BOMs by the fuzzer. The
 //! regression tests are here and in `tests/suite/sse_split.rs`.
+//!
+//! The same parser re-scans everything it has buffered each time a chunk
+//! arrives, so one endless line costs time quadratic in its length: a broken
+//! or hostile endpoint could keep a core busy for minutes with a few MiB. A
+//! line longer than [`MAX_LINE_BYTES`] ends the stream with an error instead.
 
 use futures_util::{Stream, StreamExt};
 
 /// U+FEFF in UTF-8.
 const BOM: &[u8] = b"\xEF\xBB\xBF";
 
-/// `response` with its body's start fixed as [`strip_leading_bom`] does
-/// (status, version and headers kept).
+/// Longest line accepted in a streamed response. Real deltas are a few
+/// hundred bytes; a whole answer in one event stays far below this.
+pub const MAX_LINE_BYTES: usize = 4 * 1024 * 1024;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// `response` with its body's start fixed as [`strip_leading_bom`] does and
+/// its lines bounded as [`limit_line_length`] does (status, version and
+/// headers kept).
 pub fn without_leading_bom(response: reqwest::Response) -> reqwest::Response {
     let (status, version, headers) = (response.status(), response.version(), response.headers().clone());
-    let body = strip_leading_bom(Box::pin(response.bytes_stream()));
+    let body = limit_line_length(strip_leading_bom(Box::pin(response.bytes_stream())), MAX_LINE_BYTES);
     let mut rebuilt = http::Response::new(reqwest::Body::wrap_stream(body));
     *rebuilt.status_mut() = status;
     *rebuilt.version_mut() = version;
     *rebuilt.headers_mut() = headers;
     reqwest::Response::from(rebuilt)
+}
+
+/// The chunks of `stream`, ended by an error as soon as a line (bytes
+/// between two newlines) grows past `max_line` bytes.
+pub fn limit_line_length<S, B, E>(stream: S, max_line: usize) -> impl Stream<Item = Result<B, BoxError>>
+where
+    S: Stream<Item = Result<B, E>>,
+    B: AsRef<[u8]>,
+    E: Into<BoxError>,
+{
+    // (bytes since the last newline, whether the stream has been ended)
+    stream.scan((0usize, false), move |(run, ended), item| {
+        if *ended {
+            return std::future::ready(None);
+        }
+        let item = match item {
+            Ok(chunk) => {
+                let bytes = chunk.as_ref();
+                // The line this chunk finishes (if any) and the one it leaves open.
+                let (finished, open) =
+                    match (bytes.iter().position(|&b| b == b'\n'), bytes.iter().rposition(|&b| b == b'\n')) {
+                        (Some(first), Some(last)) => (*run + first, bytes.len() - last - 1),
+                        _ => (0, *run + bytes.len()),
+                    };
+                *run = open;
+                if finished.max(open) > max_line {
+                    *ended = true;
+                    // The HTTP client reports this as a body decoding error
+                    // without its cause: the log keeps the reason.
+                    tracing::warn!(max_line, "ending a model stream: a line is longer than the limit");
+                    Err(format!("the endpoint sent a line longer than {max_line} bytes").into())
+                } else {
+                    Ok(chunk)
+                }
+            }
+            Err(err) => Err(err.into()),
+        };
+        std::future::ready(Some(item))
+    })
 }
 
 /// What the start of a body becomes: one leading BOM dropped, and `:\n`
@@ -81,6 +132,25 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn limited(chunks: &[&[u8]], max: usize) -> Vec<Result<Vec<u8>, String>> {
+        let items: Vec<Result<Vec<u8>, std::io::Error>> = chunks.iter().map(|c| Ok(c.to_vec())).collect();
+        let stream = limit_line_length(futures_util::stream::iter(items), max);
+        let out: Vec<Result<Vec<u8>, BoxError>> = futures_util::FutureExt::now_or_never(stream.collect()).unwrap();
+        out.into_iter().map(|r| r.map_err(|e| e.to_string())).collect()
+    }
+
+    #[test]
+    fn long_lines_end_the_stream_and_short_ones_pass() {
+        let ok = limited(&[b"data: 12345\n", b"data: 1", b"2345\n\n"], 11);
+        assert!(ok.iter().all(Result::is_ok), "{ok:?}");
+        let cut = limited(&[b"data: 1\n", b"data: 123", b"456789", b"more\n"], 12);
+        assert_eq!(cut.len(), 3, "the stream ends at the error: {cut:?}");
+        assert!(cut[1].is_ok());
+        assert!(cut[2].as_ref().unwrap_err().contains("longer than 12 bytes"));
+        let finished_too_long = limited(&[b"data: 123456", b"789\nok\n"], 12);
+        assert!(finished_too_long[1].is_err(), "a line ended by a later chunk counts whole: {finished_too_long:?}");
+    }
 
     fn strip(chunks: &[&[u8]]) -> Vec<Vec<u8>> {
         let items: Vec<Result<Vec<u8>, ()>> = chunks.iter().map(|c| Ok(c.to_vec())).collect();

@@ -181,3 +181,27 @@ async fn no_key_means_no_authorization_header() {
     h.agent.response(id).await;
     assert_eq!(h.mock.requests()[0].header("authorization"), None);
 }
+
+/// An endless line in the stream ends the prompt with an error instead of
+/// keeping a core busy (the SSE parser re-scans its buffer on every chunk).
+#[tokio::test]
+async fn an_endless_sse_line_is_cut_off() {
+    let mut h = Harness::with_config(NO_RETRIES).await;
+    let session = h.session().await;
+    let mut steps = vec![ev_role(), ev_text("start ")];
+    steps.push(Step::Raw("data: {\"junk\":\"".to_owned()));
+    for _ in 0..5 {
+        steps.push(Step::Raw("x".repeat(1024 * 1024)));
+    }
+    steps.push(Step::Stall);
+    h.mock.push(Reply::Sse(steps));
+    let started = std::time::Instant::now();
+    let (before, error) = failed_prompt(&mut h, &session).await;
+    assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
+    assert_eq!(agent_text(&before), "start ");
+    assert_eq!(error["data"]["kind"], "network", "{error}");
+    still_usable(&mut h, &session).await;
+    h.agent.close_stdin();
+    h.agent.wait_exit(Duration::from_secs(3)).await;
+    assert!(h.agent.stderr().contains("a line is longer than the limit"), "the log says why");
+}
