@@ -41,10 +41,4 @@ pub mod session;
 pub mod store;
 pub mod tools;
 
-pub use acp::serve;
-
-/// Serves ACP on this process's stdin and stdout until stdin closes or
-/// `shutdown` resolves.
-pub async fn serve_stdio(config: config::Config, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
-    serve(config, tokio::io::stdin(), tokio::io::stdout(), shutdown).await
-}
+pub use acp::{serve, serve_stdio};

@@ -345,9 +345,9 @@ impl Writer {
             let mut flushed = Vec::new();
             for frame in batch.drain(..) {
                 match frame {
-                    Frame::Line(mut bytes) => {
-                        bytes.push(b'\n');
+                    Frame::Line(bytes) => {
                         writer.write_all(&bytes).await?;
+                        writer.write_all(b"\n").await?;
                     }
                     Frame::Flush(done) => flushed.push(done),
                 }
@@ -357,6 +357,38 @@ impl Writer {
                 let _ = done.send(());
             }
         }
+    }
+
+    /// [`Writer::run`] for a blocking sink, on a thread of its own. For the
+    /// process's stdout this is one wake-up per batch, where tokio's `Stdout`
+    /// hands every write to its blocking pool and back (two, plus a task).
+    pub fn run_blocking<W: std::io::Write>(mut self, writer: W) -> std::io::Result<()> {
+        use std::io::Write as _;
+        let mut writer = std::io::BufWriter::with_capacity(64 * 1024, writer);
+        let mut flushed = Vec::new();
+        while let Some(first) = self.rx.blocking_recv() {
+            let mut next = Some(first);
+            let mut written = 0;
+            while let Some(frame) = next.take() {
+                match frame {
+                    Frame::Line(bytes) => {
+                        writer.write_all(&bytes)?;
+                        writer.write_all(b"\n")?;
+                    }
+                    Frame::Flush(done) => flushed.push(done),
+                }
+                written += 1;
+                // Bounded like `run`'s batches so a firehose still gets flushed.
+                if written < 256 {
+                    next = self.rx.try_recv().ok();
+                }
+            }
+            writer.flush()?;
+            for done in flushed.drain(..) {
+                let _ = done.send(());
+            }
+        }
+        writer.flush()
     }
 }
 

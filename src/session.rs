@@ -47,7 +47,7 @@ impl Journal {
     }
 
     /// Appends one `session/update` line exactly as it was sent.
-    pub fn record_update_line(&self, line: &[u8]) {
+    pub fn record_update_line(&self, line: Vec<u8>) {
         self.store.append_raw_update(&self.session_id, line);
     }
 

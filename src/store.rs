@@ -243,11 +243,9 @@ impl Store {
     }
 
     /// Queues one already-serialised update (the exact JSON-RPC line sent to the editor).
-    pub fn append_raw_update(&self, id: &str, line: &[u8]) {
+    pub fn append_raw_update(&self, id: &str, line: Vec<u8>) {
         if let Ok(dir) = self.dir(id) {
-            let mut owned = Vec::with_capacity(line.len() + 1);
-            owned.extend_from_slice(line);
-            self.append_line(dir, owned);
+            self.append_line(dir, line);
         }
     }
 

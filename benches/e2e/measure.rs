@@ -741,8 +741,13 @@ async fn cancel_state(opts: &Options, state: CancelState, rng: &mut Rng, report:
     for i in 0..opts.cancels {
         let (reply, max_delay_ms) = match state {
             CancelState::Streaming => {
+                // 200 deltas (over 200 ms) outlast the latest cancel point. A
+                // longer script costs the bench, not lathe: the mock drops
+                // what it did not send when the agent hangs up, and dropping
+                // 5,000 unsent JSON events held a bench worker for up to 20 ms
+                // while the response waited in its pipe.
                 let mut steps = vec![ev_role()];
-                for n in 0..5_000 {
+                for n in 0..200 {
                     steps.push(ev_text(&format!("w{n} ")));
                     steps.push(Step::Delay(Duration::from_millis(1)));
                 }

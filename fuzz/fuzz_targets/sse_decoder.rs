@@ -1,5 +1,5 @@
 //! The SSE/delta decoder: arbitrary bytes as a model's response body, through
-//! the real path (reqwest body, async-openai's SSE event stream, our
+//! the real path (reqwest body, lathe's `ResponseStream` over eventsource-stream, our
 //! `ChatChunk`, the skip rule, `StreamDecoder`; see `tests/support/sse.rs`),
 //! once in one piece and once cut at fuzzer-chosen points. It must never
 //! panic, and both must give exactly the same events and the same end.

@@ -57,13 +57,56 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let max_message_bytes = config.protocol.max_message_bytes;
     let (outbox, writer) = Outbox::new();
-    let mut writer_task = tokio::spawn(writer.run(output));
+    let writer_task = tokio::spawn(writer.run(output));
+    let writer_done = async move {
+        if let Ok(Err(err)) = writer_task.await {
+            tracing::debug!(%err, "writing to the client failed");
+        }
+    };
+    serve_with(config, input, outbox, writer_done, shutdown).await
+}
+
+/// [`serve`] on this process's stdin and stdout. Output is written by a
+/// thread of its own with blocking writes: tokio's `Stdout` would send every
+/// write through its blocking pool, a thread hand-off each way per message.
+pub async fn serve_stdio(config: Config, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
+    use std::os::fd::AsFd as _;
+    // A handle on fd 1 of our own, so writes skip std's line buffering (the
+    // writer batches and flushes itself).
+    let stdout = std::fs::File::from(std::io::stdout().as_fd().try_clone_to_owned()?);
+    let (outbox, writer) = Outbox::new();
+    let (finished, writer_finished) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new().name("lathe-stdout".to_owned()).spawn(move || {
+        if let Err(err) = writer.run_blocking(stdout) {
+            tracing::debug!(%err, "writing to the client failed");
+        }
+        let _ = finished.send(());
+    })?;
+    let writer_done = async move {
+        let _ = writer_finished.await;
+    };
+    serve_with(config, tokio::io::stdin(), outbox, writer_done, shutdown).await
+}
+
+/// The serving loop, with the writer already running: `writer_done`
+/// resolves when it has stopped (the client no longer reads our output).
+async fn serve_with<R>(
+    config: Config,
+    input: R,
+    outbox: Outbox,
+    writer_done: impl Future<Output = ()>,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin,
+{
+    let max_message_bytes = config.protocol.max_message_bytes;
     let server = Arc::new(Server::new(config, outbox.clone()));
     let mut lines = LineReader::new(tokio::io::BufReader::with_capacity(64 * 1024, input), max_message_bytes);
     let mut shutdown = std::pin::pin!(shutdown);
-    let mut writer_result = None;
+    let mut writer_done = std::pin::pin!(writer_done);
+    let mut writer_stopped = false;
     loop {
         let line = tokio::select! {
             biased;
@@ -71,8 +114,8 @@ where
                 tracing::info!("shutting down on request");
                 break;
             }
-            result = &mut writer_task => {
-                writer_result = Some(result);
+            () = &mut writer_done => {
+                writer_stopped = true;
                 tracing::info!("the client stopped reading our output; shutting down");
                 break;
             }
@@ -104,7 +147,7 @@ where
     }
     server.shutdown().await;
     drop(server);
-    if writer_result.is_none() {
+    if !writer_stopped {
         let _ = tokio::time::timeout(SHUTDOWN_GRACE, outbox.flush()).await;
     }
     Ok(())

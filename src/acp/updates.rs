@@ -29,16 +29,19 @@ impl SessionEvents {
     /// Sends (and records) one update.
     pub fn send(&self, update: SessionUpdate) {
         let Some(line) = self.encode(update) else { return };
-        if let Some(journal) = &self.journal {
-            journal.record_update_line(&line);
-        }
+        let Some(journal) = &self.journal else { return self.outbox.send_encoded(line) };
+        // The editor first: the journal's copy, and waking its thread, stay
+        // off the path every streamed token takes to the screen.
+        let mut kept = Vec::with_capacity(line.len() + 1);
+        kept.extend_from_slice(&line);
         self.outbox.send_encoded(line);
+        journal.record_update_line(kept);
     }
 
     /// Records an update without sending it (what the user typed: the editor shows it already).
     pub fn record_only(&self, update: SessionUpdate) {
         if let (Some(journal), Some(line)) = (&self.journal, self.encode(update)) {
-            journal.record_update_line(&line);
+            journal.record_update_line(line);
         }
     }
 

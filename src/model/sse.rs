@@ -70,8 +70,8 @@ where
                 *run = open;
                 if finished.max(open) > max_line {
                     *ended = true;
-                    // The HTTP client reports this as a body decoding error
-                    // without its cause: the log keeps the reason.
+                    // Logged too: the HTTP client wraps this error in one
+                    // of its own, and only its cause says what happened.
                     tracing::warn!(max_line, "ending a model stream: a line is longer than the limit");
                     Err(format!("the endpoint sent a line longer than {max_line} bytes").into())
                 } else {

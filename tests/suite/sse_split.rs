@@ -2,9 +2,9 @@
 //! cut into chunks by the network (inside a multi-byte character, between the
 //! `\r` and `\n` of a line end, one byte at a time), the user sees exactly the
 //! same events and the turn gets exactly the same output as from the bytes in
-//! one piece. The bytes go through the real path (reqwest body, async-openai's
-//! SSE stream, our `ChatChunk`, the skip rule, `StreamDecoder`); see
-//! `tests/support/sse.rs`.
+//! one piece. The bytes go through the real path (reqwest body, lathe's
+//! `ResponseStream` over eventsource-stream, our `ChatChunk`, the skip rule,
+//! `StreamDecoder`); see `tests/support/sse.rs`.
 
 use bytes::Bytes;
 use lathe::model::ToolCallRequest;
@@ -186,7 +186,7 @@ fn any_split_of_a_stream_yields_the_same_events_and_output() {
 /// Regression (found while writing the `sse_decoder` fuzz target, whose seed
 /// `04_bom_and_cr_only` starts with a BOM): a body starting with
 /// a UTF-8 byte-order mark made eventsource-stream panic inside async-openai's
-/// stream task, so the answer silently came back empty. The SSE format says
+/// stream task (which lathe used then), so the answer silently came back empty. The SSE format says
 /// to ignore a leading BOM; lathe now does, wherever its bytes are split.
 #[test]
 fn a_leading_byte_order_mark_is_ignored_wherever_it_is_split() {

@@ -200,6 +200,8 @@ async fn an_endless_sse_line_is_cut_off() {
     assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
     assert_eq!(agent_text(&before), "start ");
     assert_eq!(error["data"]["kind"], "network", "{error}");
+    let message = error["message"].as_str().unwrap_or_default();
+    assert!(message.contains("a line longer than 4194304 bytes"), "the error says why: {message}");
     still_usable(&mut h, &session).await;
     h.agent.close_stdin();
     h.agent.wait_exit(Duration::from_secs(3)).await;

@@ -1,32 +1,25 @@
 //! Decodes a model response given as raw SSE bytes, cut into chunks exactly
-//! as given, through the same code a real response goes through: reqwest's
-//! body stream, async-openai's SSE event stream (`eventsource-stream`:
-//! `[DONE]` ends it, `keepalive` events are skipped, each event's data is
-//! parsed as our [`ChatChunk`]), then [`ResponseStream::next`]'s rule
-//! (undecodable events are skipped; a stream of nothing but undecodable events
-//! is an error) and the agent's use of [`StreamDecoder`] (an error reported
-//! inside the stream ends it).
+//! as given, through the same code a real response goes through: a reqwest
+//! body whose frames are the given chunks, lathe's
+//! `model::sse::without_leading_bom` (as its HTTP layer applies it), then
+//! [`ResponseStream`] (`eventsource-stream` events; `[DONE]` ends it,
+//! `keepalive` events and undecodable events are skipped, a stream of nothing
+//! but undecodable events is an error) and the agent's use of
+//! [`StreamDecoder`] (an error reported inside the stream ends it).
 //!
-//! No server and no socket: the async-openai client gets a tower service that
-//! answers with a body whose frames are the given chunks (through lathe's
-//! `model::sse::without_leading_bom`, as lathe's own service does), so the
-//! chunk boundaries the decoder sees are exactly the ones under test.
+//! No server and no socket, so the chunk boundaries the decoder sees are
+//! exactly the ones under test.
 //!
 //! This file is also compiled into the `sse_decoder` fuzz target
 //! (`fuzz/fuzz_targets/sse_decoder.rs` includes it by path), so it names the
 //! crate as `lathe::` and uses nothing from the rest of the test support.
-//!
-//! [`ResponseStream::next`]: lathe::model::ResponseStream::next
 
-use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use async_openai::config::OpenAIConfig;
-use async_openai::error::OpenAIError;
-use async_openai::middleware::HttpRequestFactory;
 use bytes::Bytes;
-use futures_util::StreamExt;
+use lathe::model::ModelError;
+use lathe::model::ResponseStream;
 use lathe::model::decode::{ModelEvent, ModelOutput, StreamDecoder};
-use lathe::model::wire::ChatChunk;
 
 /// How a decoded stream ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,56 +47,35 @@ pub struct SseOutcome {
     pub end: SseEnd,
 }
 
-/// One async-openai client whose HTTP service answers every request with the
-/// body chunks put in its slot. Building the client is the costly part, so
-/// one harness serves many decodes (one at a time).
-pub struct SseHarness {
-    client: async_openai::Client<OpenAIConfig>,
-    body: Arc<Mutex<Vec<Bytes>>>,
-}
-
-impl Default for SseHarness {
-    fn default() -> Self {
-        Self::new()
-    }
-}
+/// Decodes byte streams (needs a tokio runtime: the stream's idle timer).
+#[derive(Debug, Default)]
+pub struct SseHarness;
 
 impl SseHarness {
-    /// A harness. Decoding needs a tokio runtime (async-openai spawns a task per stream).
+    /// A harness.
     pub fn new() -> Self {
-        let body: Arc<Mutex<Vec<Bytes>>> = Arc::default();
-        let slot = body.clone();
-        let service = tower::service_fn(move |_request: HttpRequestFactory| {
-            let chunks = std::mem::take(&mut *slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
-            async move {
-                let frames = futures_util::stream::iter(chunks.into_iter().map(Ok::<Bytes, std::io::Error>));
-                let response = http::Response::builder()
-                    .status(200)
-                    .header("content-type", "text/event-stream")
-                    .body(reqwest::Body::wrap_stream(frames))
-                    .map_err(|err| OpenAIError::InvalidArgument(err.to_string()))?;
-                // What lathe's own HTTP service does with an SSE answer.
-                Ok::<_, OpenAIError>(lathe::model::sse::without_leading_bom(reqwest::Response::from(response)))
-            }
-        });
-        let config = OpenAIConfig::new().with_api_base("http://127.0.0.1:9/v1").with_api_key("");
-        let client = async_openai::Client::with_config(config).with_http_service(service);
-        Self { client, body }
+        Self
     }
 
     /// Decodes a response whose body arrives as exactly these chunks.
     pub async fn decode(&self, chunks: Vec<Bytes>) -> SseOutcome {
-        *self.body.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = chunks;
-        let request = serde_json::json!({ "model": "m", "messages": [], "stream": true });
-        let mut stream = match self.client.chat().create_stream_byot::<_, ChatChunk>(request).await {
-            Ok(stream) => stream,
+        let frames = futures_util::stream::iter(chunks.into_iter().map(Ok::<Bytes, std::io::Error>));
+        let response = match http::Response::builder()
+            .status(200)
+            .header("content-type", "text/event-stream")
+            .body(reqwest::Body::wrap_stream(frames))
+        {
+            Ok(response) => reqwest::Response::from(response),
             Err(err) => {
                 return SseOutcome { events: Vec::new(), chunks: 0, skipped: 0, end: SseEnd::Failed(err.to_string()) };
             }
         };
+        // What lathe's own HTTP layer does with an SSE answer.
+        let response = lathe::model::sse::without_leading_bom(response);
+        let mut stream = ResponseStream::new(response, Duration::from_secs(60));
         let mut decoder = StreamDecoder::new("call_");
         let mut events = Vec::new();
-        let (mut chunks, mut skipped) = (0, 0);
+        let mut chunks = 0;
         let end = loop {
             match stream.next().await {
                 Some(Ok(chunk)) => {
@@ -112,13 +84,14 @@ impl SseHarness {
                         break SseEnd::Reported(reported.0);
                     }
                 }
-                Some(Err(OpenAIError::JSONDeserialize(..))) => skipped += 1,
+                Some(Err(ModelError::InvalidResponse(_))) if chunks == 0 => {
+                    break SseEnd::NoChunks(stream.unreadable_events());
+                }
                 Some(Err(err)) => break SseEnd::Failed(err.to_string()),
-                None if chunks == 0 && skipped > 0 => break SseEnd::NoChunks(skipped),
                 None => break SseEnd::Finished(decoder.finish()),
             }
         };
-        SseOutcome { events, chunks, skipped, end }
+        SseOutcome { events, chunks, skipped: stream.unreadable_events(), end }
     }
 
     /// Decodes `bytes` cut at `cuts` (byte offsets, any order; out-of-range
