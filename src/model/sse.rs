@@ -1,10 +1,11 @@
-//! The body of a streamed (SSE) response, before async-openai parses it.
+//! The body of a streamed (SSE) response, before `eventsource-stream` parses it.
 //!
-//! eventsource-stream 0.2.3, the SSE parser under async-openai, panics on a
+//! eventsource-stream 0.2.3 (the SSE parser async-openai uses too) panics on a
 //! body that starts with U+FEFF (a UTF-8 byte-order mark): it skips it by
 //! slicing one byte off a three-byte character (upstream:
 //! jpopesculian/eventsource-stream#10, not merged). The panic kills the task
-//! that reads the stream, so the response silently ends empty. The SSE format
+//! that reads the stream (inside async-openai, it made the response silently
+//! end empty). The SSE format
 //! allows one leading BOM and says to ignore it, so lathe drops it before the
 //! parser sees the body, wherever the network splits its three bytes. If the
 //! body then still starts with U+FEFF (a second one, which the format makes

@@ -10,12 +10,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::acp_client::{AgentProcess, handshake, prompt};
+use crate::support::acp_client::{AgentProcess, final_status, handshake, prompt};
 use crate::support::editor::FakeEditor;
 use crate::support::harness::Harness;
 use crate::support::mock_openai::{
     MockOpenAi, Reply, Step, ev_finish, ev_role, ev_tool_call_args, ev_tool_call_start, ev_usage, text_reply,
-    tool_call_reply,
+    tool_call_reply, tool_result,
 };
 use crate::support::write_config;
 
@@ -23,31 +23,6 @@ async fn set_mode(agent: &mut AgentProcess, session: &str, mode: &str) {
     let id = agent.request("session/set_mode", json!({"sessionId": session, "modeId": mode})).await;
     let (_, response) = agent.response(id).await;
     assert!(response.get("result").is_some(), "{response}");
-}
-
-/// The tool message answering `call_id` in a recorded model request.
-fn tool_result(body: &Value, call_id: &str) -> String {
-    body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["role"] == "tool" && m["tool_call_id"] == call_id)
-        .and_then(|m| m["content"].as_str())
-        .unwrap_or_else(|| panic!("no tool result for {call_id}"))
-        .to_owned()
-}
-
-/// The last status the editor was told for `call_id`.
-fn final_status(messages: &[Value], call_id: &str) -> String {
-    messages
-        .iter()
-        .rev()
-        .filter(|m| m["method"] == "session/update")
-        .map(|m| &m["params"]["update"])
-        .filter(|u| u["toolCallId"] == call_id)
-        .find_map(|u| u["status"].as_str())
-        .unwrap_or_else(|| panic!("no status for {call_id}"))
-        .to_owned()
 }
 
 /// A small deterministic generator (xorshift64*), so a failing run can be replayed.

@@ -19,7 +19,7 @@ use crate::support::acp_client::{Answer, prompt};
 use crate::support::editor::FakeEditor;
 use crate::support::harness::Harness;
 use crate::support::mock_openai::{MockOpenAi, Reply, Step, ev_role, ev_text, text_reply, tool_call_reply};
-use crate::support::write_config;
+use crate::support::{live_processes, write_config};
 
 /// The bound on shutdown the issue asks for.
 const EXIT_BOUND: Duration = Duration::from_secs(1);
@@ -48,24 +48,6 @@ impl Stop {
 fn unique_sleep() -> String {
     static NEXT: AtomicU32 = AtomicU32::new(1);
     format!("60.0{}{:03}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
-}
-
-/// Pids of the live (not zombie) processes whose command line starts with
-/// `prefix` (arguments joined by spaces, with a trailing space).
-fn live_processes(prefix: &str) -> Vec<u32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        // Zombies are dead; this sandbox's init does not always reap orphans.
-        let zombie = stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z'));
-        if cmdline.starts_with(prefix) && !zombie {
-            found.push(pid);
-        }
-    }
-    found
 }
 
 async fn wait_until(what: &str, bound: Duration, mut done: impl FnMut() -> bool) {

@@ -10,11 +10,13 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::acp_client::{AgentProcess, DEFAULT_TIMEOUT, agent_text, prompt, updates_of_kind};
+use crate::support::acp_client::{
+    AgentProcess, DEFAULT_TIMEOUT, agent_text, final_status, prompt, updates_for, updates_of_kind,
+};
 use crate::support::editor::{FakeEditor, Permission};
 use crate::support::harness::Harness;
 use crate::support::mcp_server::{Fixture, HttpMcpServer};
-use crate::support::mock_openai::{text_reply, tool_call_reply};
+use crate::support::mock_openai::{text_reply, tool_call_reply, tool_result};
 
 /// The stdio fixture, built by `cargo test` next to this test binary
 /// (`target/<profile>/examples/mcp_fixture`).
@@ -81,36 +83,6 @@ fn tool<'a>(body: &'a Value, name: &str) -> &'a Value {
         .iter()
         .find(|t| t["function"]["name"] == name)
         .unwrap_or_else(|| panic!("{name} is not offered: {:?}", tool_names(body)))
-}
-
-/// The tool message of a request body for this call.
-fn tool_result(body: &Value, call_id: &str) -> String {
-    body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["role"] == "tool" && m["tool_call_id"] == call_id)
-        .and_then(|m| m["content"].as_str())
-        .unwrap_or_else(|| panic!("no tool result for {call_id} in {body}"))
-        .to_owned()
-}
-
-fn updates_for<'a>(messages: &'a [Value], call_id: &str) -> Vec<&'a Value> {
-    messages
-        .iter()
-        .filter(|m| m["method"] == "session/update")
-        .map(|m| &m["params"]["update"])
-        .filter(|u| u["toolCallId"] == call_id)
-        .collect()
-}
-
-fn final_status(messages: &[Value], call_id: &str) -> String {
-    updates_for(messages, call_id)
-        .iter()
-        .rev()
-        .find_map(|u| u["status"].as_str())
-        .unwrap_or_else(|| panic!("no status for {call_id}"))
-        .to_owned()
 }
 
 /// The last content a call showed, as JSON.

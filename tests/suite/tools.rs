@@ -9,46 +9,17 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::acp_client::{prompt, updates_of_kind};
+use crate::support::acp_client::{final_status, prompt, updates_for, updates_of_kind};
 use crate::support::editor::{FakeEditor, Permission};
 use crate::support::harness::Harness;
-use crate::support::mock_openai::{text_reply, tool_call_reply};
+use crate::support::live_processes;
+use crate::support::mock_openai::{text_reply, tool_call_reply, tool_result};
 
 const FAST: Duration = Duration::from_secs(2);
 
 async fn run(h: &mut Harness, session: &str, editor: &mut FakeEditor) -> (Vec<Value>, Value) {
     let id = prompt(&mut h.agent, session, "do it").await;
     h.agent.response_answering(id, |request| editor.answer(request)).await
-}
-
-/// The tool messages of a request body, by tool_call_id.
-fn tool_result(body: &Value, call_id: &str) -> String {
-    body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["role"] == "tool" && m["tool_call_id"] == call_id)
-        .and_then(|m| m["content"].as_str())
-        .unwrap_or_else(|| panic!("no tool result for {call_id} in {body}"))
-        .to_owned()
-}
-
-fn updates_for<'a>(messages: &'a [Value], call_id: &str) -> Vec<&'a Value> {
-    messages
-        .iter()
-        .filter(|m| m["method"] == "session/update")
-        .map(|m| &m["params"]["update"])
-        .filter(|u| u["toolCallId"] == call_id)
-        .collect()
-}
-
-fn final_status(messages: &[Value], call_id: &str) -> String {
-    updates_for(messages, call_id)
-        .iter()
-        .rev()
-        .find_map(|u| u["status"].as_str())
-        .unwrap_or_else(|| panic!("no status for {call_id}"))
-        .to_owned()
 }
 
 async fn set_mode(h: &mut Harness, session: &str, mode: &str) {
@@ -331,22 +302,6 @@ async fn client_capabilities_decide_who_reads_writes_and_runs() {
     }
 }
 
-fn live_processes_with_cmdline(needle: &str) -> Vec<u32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        // Zombies are dead; this sandbox's init does not always reap orphans.
-        let zombie = stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z'));
-        if cmdline.starts_with(needle) && !zombie {
-            found.push(pid);
-        }
-    }
-    found
-}
-
 /// Cancelling a running local `sleep 60` kills its whole process group.
 #[tokio::test]
 async fn cancel_kills_a_running_local_command_and_its_children() {
@@ -364,17 +319,17 @@ async fn cancel_kills_a_running_local_command_and_its_children() {
         }
     }
     let started = Instant::now();
-    while live_processes_with_cmdline(&format!("sleep {marker}")).len() < 2 && started.elapsed() < FAST {
+    while live_processes(&format!("sleep {marker}")).len() < 2 && started.elapsed() < FAST {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert_eq!(live_processes_with_cmdline(&format!("sleep {marker}")).len(), 2, "both sleeps run");
+    assert_eq!(live_processes(&format!("sleep {marker}")).len(), 2, "both sleeps run");
     let cancelled_at = Instant::now();
     h.agent.notify("session/cancel", json!({"sessionId": session})).await;
     let (after, response) = h.agent.response(id).await;
     assert!(cancelled_at.elapsed() < FAST, "took {:?}", cancelled_at.elapsed());
     assert_eq!(response["result"]["stopReason"], "cancelled");
     assert_eq!(final_status(&after, "call_s"), "failed");
-    assert!(live_processes_with_cmdline(&format!("sleep {marker}")).is_empty(), "no process survives");
+    assert!(live_processes(&format!("sleep {marker}")).is_empty(), "no process survives");
 }
 
 /// Cancelling a command running in an editor terminal releases the terminal before answering.

@@ -415,6 +415,27 @@ pub fn updates_of_kind<'a>(messages: &'a [Value], kind: &str) -> Vec<&'a Value> 
         .collect()
 }
 
+/// The `update` objects of the `session/update` notifications about tool
+/// call `call_id` (`tool_call` and `tool_call_update`), in order.
+pub fn updates_for<'a>(messages: &'a [Value], call_id: &str) -> Vec<&'a Value> {
+    messages
+        .iter()
+        .filter(|m| m["method"] == "session/update")
+        .map(|m| &m["params"]["update"])
+        .filter(|u| u["toolCallId"] == call_id)
+        .collect()
+}
+
+/// The last status the editor was told for tool call `call_id`.
+pub fn final_status(messages: &[Value], call_id: &str) -> String {
+    updates_for(messages, call_id)
+        .iter()
+        .rev()
+        .find_map(|u| u["status"].as_str())
+        .unwrap_or_else(|| panic!("no status for {call_id}"))
+        .to_owned()
+}
+
 /// The concatenated text of the `agent_message_chunk` updates.
 pub fn agent_text(messages: &[Value]) -> String {
     chunk_text(messages, "agent_message_chunk")

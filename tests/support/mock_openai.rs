@@ -454,6 +454,19 @@ impl Drop for SseScript {
     }
 }
 
+/// The content of the tool message answering `call_id` in a recorded request
+/// body (what the model was told the tool returned).
+pub fn tool_result(body: &Value, call_id: &str) -> String {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool" && m["tool_call_id"] == call_id)
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_else(|| panic!("no tool result for {call_id} in {body}"))
+        .to_owned()
+}
+
 // ---------------------------------------------------------------------------
 // Event builders: OpenAI `chat.completion.chunk` values.
 // ---------------------------------------------------------------------------

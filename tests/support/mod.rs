@@ -51,3 +51,21 @@ fn toml_string(text: &str) -> String {
     quoted.push('"');
     quoted
 }
+
+/// Pids of the live (not zombie) processes whose command line starts with
+/// `prefix` (arguments joined by spaces, with a trailing space).
+pub fn live_processes(prefix: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // Zombies are dead; this sandbox's init does not always reap orphans.
+        let zombie = stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z'));
+        if cmdline.starts_with(prefix) && !zombie {
+            found.push(pid);
+        }
+    }
+    found
+}
