@@ -240,6 +240,7 @@ impl Turn<'_> {
     /// result is `Ok(StopReason::Cancelled)`, never an error.
     pub async fn run(&self, conversation: &mut Conversation, user: Vec<UserPart>) -> Result<StopReason, TurnError> {
         let mut turn_start = conversation.messages().len();
+        conversation.turn_usage = None;
         conversation.push(Message::User { parts: user });
         if let Some(external) = self.external {
             // Servers still starting get their (bounded) chance before the
@@ -284,6 +285,11 @@ impl Turn<'_> {
                 None => estimate_tokens(conversation, &self.offered()) + estimate_text_tokens(&output.text),
             };
             self.events.emit(AgentEvent::Usage { used, size, estimated: output.usage.is_none() });
+            if let Some(usage) = output.usage {
+                let total = conversation.turn_usage.get_or_insert_default();
+                total.input_tokens += usage.input_tokens;
+                total.output_tokens += usage.output_tokens;
+            }
             let refused = output.refused || output.finish_reason == FinishReason::ContentFilter;
             let finish_reason = output.finish_reason.clone();
             let tool_calls = output.tool_calls.clone();

@@ -67,6 +67,9 @@ pub struct Conversation {
     pub tool_call_ids: HashSet<String>,
     /// The last exact token count, to estimate the next request's size from.
     pub usage_mark: Option<UsageMark>,
+    /// Tokens the current turn's model requests used, summed over the
+    /// requests whose server reported usage; `None` when none did.
+    pub turn_usage: Option<crate::model::Usage>,
     journal: Option<Journal>,
 }
 
@@ -90,7 +93,7 @@ impl Conversation {
                 Message::User { .. } | Message::Tool { .. } => {}
             }
         }
-        Self { system_prompt, messages, tool_call_ids, usage_mark: None, journal }
+        Self { system_prompt, messages, tool_call_ids, usage_mark: None, turn_usage: None, journal }
     }
 
     /// Everything after the system prompt.

@@ -788,7 +788,7 @@ async fn cancel_state(opts: &Options, state: CancelState, rng: &mut Rng, report:
         agent.notify("session/cancel", json!({"sessionId": session})).await;
         let (_, response) = agent.response(id).await;
         latencies.push(ms(started.elapsed()));
-        if response["result"] != json!({"stopReason": "cancelled"}) {
+        if response["result"]["stopReason"] != "cancelled" {
             not_cancelled += 1;
         }
         if state == CancelState::Shell {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use agent_client_protocol_schema::v1::{
     ContentBlock, ContentChunk, PromptRequest, PromptResponse, SessionId, SessionInfoUpdate, SessionUpdate,
-    StopReason as AcpStopReason,
+    StopReason as AcpStopReason, Usage,
 };
 use serde_json::Value;
 
@@ -60,15 +60,19 @@ impl Server {
         let server = Arc::clone(self);
         self.tasks.spawn(async move {
             let token = queued.token().clone();
-            let response = match queued.start().await {
-                Some(mut turn) => server.run_prompt(&mut turn, parts).await,
-                None => Ok(StopReason::Cancelled),
+            let (response, usage) = match queued.start().await {
+                Some(mut turn) => {
+                    let response = server.run_prompt(&mut turn, parts).await;
+                    (response, turn.conversation().turn_usage.take())
+                }
+                None => (Ok(StopReason::Cancelled), None),
             };
+            let usage = usage.map(|u| Usage::new(u.input_tokens + u.output_tokens, u.input_tokens, u.output_tokens));
             // ACP: once the user cancelled, the answer is `cancelled`, whatever
             // the aborted operations returned.
             let response = match response {
-                _ if token.is_cancelled() => Ok(PromptResponse::new(AcpStopReason::Cancelled)),
-                Ok(stop) => Ok(PromptResponse::new(super::to_acp_stop_reason(stop))),
+                _ if token.is_cancelled() => Ok(PromptResponse::new(AcpStopReason::Cancelled).usage(usage)),
+                Ok(stop) => Ok(PromptResponse::new(super::to_acp_stop_reason(stop)).usage(usage)),
                 Err(err) => Err(super::turn_error_to_rpc(&err)),
             };
             lock(&server.cancellable).remove(&request_key);

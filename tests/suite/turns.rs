@@ -8,8 +8,8 @@ use serde_json::{Value, json};
 use crate::support::acp_client::{agent_text, prompt, thought_text, updates_of_kind};
 use crate::support::harness::Harness;
 use crate::support::mock_openai::{
-    Reply, Step, chunk, ev_finish, ev_reasoning, ev_reasoning_field, ev_role, ev_text, ev_usage, text_reply,
-    tool_call_reply,
+    Reply, Step, chunk, ev_finish, ev_reasoning, ev_reasoning_field, ev_role, ev_text, ev_tool_call_args,
+    ev_tool_call_start, ev_usage, text_reply, tool_call_reply,
 };
 
 /// Item 30, 37, 41: streamed chunks with a messageId, all before the response.
@@ -30,7 +30,10 @@ async fn text_and_reasoning_stream_as_chunks_before_the_response() {
     ]));
     let id = prompt(&mut h.agent, &session, "Say hello").await;
     let (before, response) = h.agent.response(id).await;
-    assert_eq!(response["result"], json!({"stopReason": "end_turn"}));
+    assert_eq!(
+        response["result"],
+        json!({"stopReason": "end_turn", "usage": {"totalTokens": 127, "inputTokens": 120, "outputTokens": 7}})
+    );
     assert_eq!(agent_text(&before), "Hello, world");
     assert_eq!(thought_text(&before), "Let me think.");
 
@@ -267,4 +270,31 @@ async fn prompts_that_arrive_while_a_turn_runs_are_queued() {
     let (_, response) = h.agent.response(running).await;
     assert_eq!(response["result"]["stopReason"], "cancelled");
     assert_eq!(h.mock.requests().len(), 3, "the cancelled queued prompt never reached the model");
+}
+
+/// The prompt response carries the turn's token totals, summed over its model
+/// requests (a tool round makes two), and none when the server reported none.
+#[tokio::test]
+async fn the_prompt_response_sums_the_turns_token_usage() {
+    let mut h = Harness::start().await;
+    let session = h.session().await;
+    h.mock.push(Reply::Sse(vec![
+        ev_role(),
+        ev_tool_call_start(0, "call_plan", "update_plan"),
+        ev_tool_call_args(0, r#"{"plan":[{"step":"look","status":"in_progress"}]}"#),
+        ev_finish("tool_calls"),
+        ev_usage(100, 10),
+        Step::Done,
+    ]));
+    h.mock.push(Reply::Sse(vec![ev_role(), ev_text("done"), ev_finish("stop"), ev_usage(150, 5), Step::Done]));
+    let id = prompt(&mut h.agent, &session, "plan it").await;
+    let (_, response) = h.agent.response(id).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    assert_eq!(response["result"]["usage"], json!({"totalTokens": 265, "inputTokens": 250, "outputTokens": 15}));
+
+    // The next turn starts from zero, and a server that reports no usage gets none.
+    h.mock.push(Reply::Sse(vec![ev_role(), ev_text("no usage here"), ev_finish("stop"), Step::Done]));
+    let id = prompt(&mut h.agent, &session, "again").await;
+    let (_, response) = h.agent.response(id).await;
+    assert_eq!(response["result"], json!({"stopReason": "end_turn"}));
 }
