@@ -519,46 +519,14 @@ impl Turn<'_> {
         );
     }
 
-    /// Opens the response stream, retrying the failures a retry can fix (see
-    /// [`retry`]). Each wait is shown to the user as a thought line and raced
-    /// against the turn's token. Only opening is retried: once the answer has
-    /// started, a failure is reported with the partial answer kept, since
-    /// asking again would repeat what the user already saw.
+    /// Opens the response stream (see [`open_retrying`]).
     async fn open_stream(&self, conversation: &Conversation) -> Result<ResponseStream, Sample> {
-        let mut retrier = Retrier::new(self.client.retry_policy().clone(), retry::random_seed());
         let tools = self.offered();
-        loop {
-            let opened = tokio::select! {
-                biased;
-                () = self.cancel.cancelled() => return Err(Sample::Cancelled(None)),
-                opened = self.client.stream(&conversation.system_prompt, conversation.messages(), &tools) => opened,
-            };
-            let error = match opened {
-                Ok(stream) => return Ok(stream),
-                Err(error) => error,
-            };
-            let delay = match retrier.after_failure(&error) {
-                Decision::Wait(delay) => delay,
-                Decision::GiveUp(reason) => {
-                    let retries = Exhausted { attempts: retrier.attempts(), reason };
-                    let error =
-                        if retries.is_noteworthy() { TurnError::Retried { error, retries } } else { error.into() };
-                    return Err(Sample::Failed(error, None));
-                }
-            };
-            let next_attempt = retrier.attempts() + 1;
-            let max_attempts = retrier.policy().max_attempts();
-            tracing::warn!(%error, ?delay, next_attempt, max_attempts, "model request failed; retrying");
-            self.events.emit(AgentEvent::AgentThought {
-                message_id: Arc::from(format!("retry_{}", uuid::Uuid::new_v4().simple())),
-                text: retry::waiting_message(&error, delay, next_attempt, max_attempts),
-            });
-            tokio::select! {
-                biased;
-                () = self.cancel.cancelled() => return Err(Sample::Cancelled(None)),
-                () = tokio::time::sleep(delay) => {}
-            }
-        }
+        let request = (conversation.system_prompt.as_str(), conversation.messages(), &*tools);
+        open_retrying(self.client, self.events, self.cancel, request).await.map_err(|failure| match failure {
+            NotOpened::Cancelled => Sample::Cancelled(None),
+            NotOpened::Failed(error) => Sample::Failed(error, None),
+        })
     }
 
     /// One model request, streamed to the user as it arrives.
@@ -683,8 +651,9 @@ pub enum Compaction {
     },
     /// The user cancelled while it ran; the conversation is unchanged.
     Cancelled,
-    /// The summary request failed; the conversation is unchanged.
-    Failed(ModelError),
+    /// The summary request failed (after the retries a retry could fix);
+    /// the conversation is unchanged.
+    Failed(TurnError),
 }
 
 const COMPACT_PROMPT: &str = include_str!("../prompts/compact.md");
@@ -764,7 +733,9 @@ impl Compactor<'_> {
         request.push(Message::User { parts: vec![UserPart::Text { text: COMPACT_PROMPT.trim().to_owned() }] });
         let summary = match self.complete_text(&conversation.system_prompt, &request).await {
             Ok(Some(summary)) if !summary.trim().is_empty() => summary,
-            Ok(Some(_)) => return Compaction::Failed(ModelError::InvalidResponse("the summary was empty".to_owned())),
+            Ok(Some(_)) => {
+                return Compaction::Failed(ModelError::InvalidResponse("the summary was empty".to_owned()).into());
+            }
             Ok(None) => return Compaction::Cancelled,
             Err(error) => {
                 tracing::warn!(%error, "compaction failed; going on with the full history");
@@ -797,13 +768,13 @@ impl Compactor<'_> {
 
     /// One model request whose text answer is collected, not shown. `None`
     /// when cancelled.
-    async fn complete_text(&self, system_prompt: &str, messages: &[Message]) -> Result<Option<String>, ModelError> {
-        let opened = tokio::select! {
-            biased;
-            () = self.cancel.cancelled() => return Ok(None),
-            opened = self.client.stream(system_prompt, messages, self.tools) => opened,
+    async fn complete_text(&self, system_prompt: &str, messages: &[Message]) -> Result<Option<String>, TurnError> {
+        let request = (system_prompt, messages, self.tools);
+        let mut stream = match open_retrying(self.client, self.events, self.cancel, request).await {
+            Ok(stream) => stream,
+            Err(NotOpened::Cancelled) => return Ok(None),
+            Err(NotOpened::Failed(error)) => return Err(error),
         };
-        let mut stream = opened?;
         let mut decoder = StreamDecoder::new("summary_");
         loop {
             let item = tokio::select! {
@@ -816,8 +787,61 @@ impl Compactor<'_> {
                 Some(Ok(chunk)) => {
                     decoder.push(chunk, &mut |_| {}).map_err(|reported| ModelError::Provider(reported.0))?;
                 }
-                Some(Err(error)) => return Err(error),
+                Some(Err(error)) => return Err(error.into()),
             }
+        }
+    }
+}
+
+/// Why [`open_retrying`] returned no stream.
+enum NotOpened {
+    /// The user cancelled (during a request or a wait).
+    Cancelled,
+    /// The last attempt's failure, with the retries made when they are worth telling.
+    Failed(TurnError),
+}
+
+/// Opens a response stream for `(system prompt, messages, tools)`, retrying
+/// the failures a retry can fix (see [`retry`]). Each wait is shown to the
+/// user as a thought line and raced against `cancel`. Only opening is
+/// retried: once an answer has started, a failure is reported with the
+/// partial answer kept, since asking again would repeat what the user saw.
+async fn open_retrying(
+    client: &ModelClient,
+    events: &dyn EventSink,
+    cancel: &CancellationToken,
+    (system_prompt, messages, tools): (&str, &[Message], &[ToolDefinition]),
+) -> Result<ResponseStream, NotOpened> {
+    let mut retrier = Retrier::new(client.retry_policy().clone(), retry::random_seed());
+    loop {
+        let opened = tokio::select! {
+            biased;
+            () = cancel.cancelled() => return Err(NotOpened::Cancelled),
+            opened = client.stream(system_prompt, messages, tools) => opened,
+        };
+        let error = match opened {
+            Ok(stream) => return Ok(stream),
+            Err(error) => error,
+        };
+        let delay = match retrier.after_failure(&error) {
+            Decision::Wait(delay) => delay,
+            Decision::GiveUp(reason) => {
+                let retries = Exhausted { attempts: retrier.attempts(), reason };
+                let error = if retries.is_noteworthy() { TurnError::Retried { error, retries } } else { error.into() };
+                return Err(NotOpened::Failed(error));
+            }
+        };
+        let next_attempt = retrier.attempts() + 1;
+        let max_attempts = retrier.policy().max_attempts();
+        tracing::warn!(%error, ?delay, next_attempt, max_attempts, "model request failed; retrying");
+        events.emit(AgentEvent::AgentThought {
+            message_id: Arc::from(format!("retry_{}", uuid::Uuid::new_v4().simple())),
+            text: retry::waiting_message(&error, delay, next_attempt, max_attempts),
+        });
+        tokio::select! {
+            biased;
+            () = cancel.cancelled() => return Err(NotOpened::Cancelled),
+            () = tokio::time::sleep(delay) => {}
         }
     }
 }

@@ -195,7 +195,7 @@ impl Server {
                     Compaction::Done { .. } => format!("Compacted {before} messages into a summary."),
                     Compaction::NothingToDo => "There is nothing to compact yet.".to_owned(),
                     Compaction::Cancelled => return Ok(StopReason::Cancelled),
-                    Compaction::Failed(error) => return Err(error.into()),
+                    Compaction::Failed(error) => return Err(error),
                 }
             }
             CommandKind::Model => self.model_command(&session, arguments),

@@ -176,3 +176,21 @@ async fn a_retry_after_beyond_the_budget_fails_fast() {
     assert_eq!(h.mock.requests().len(), 1);
     assert!(thought_text(&before).is_empty(), "no wait announced");
 }
+
+/// The summary request of a compaction is retried like any other, with the
+/// wait shown; the compaction then succeeds.
+#[tokio::test]
+async fn a_compaction_summary_is_retried() {
+    let mut h = Harness::with_config(QUICK).await;
+    let session = h.session().await;
+    h.mock.push(text_reply("an answer worth keeping"));
+    prompt_and_wait(&mut h, &session).await;
+    h.mock.push(Reply::error(503, "overloaded"));
+    h.mock.push(text_reply("SUMMARY: one question, one answer."));
+    let id = prompt(&mut h.agent, &session, "/compact").await;
+    let (before, response) = h.agent.response(id).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    assert!(agent_text(&before).contains("Compacted"), "{}", agent_text(&before));
+    assert!(thought_text(&before).contains("HTTP 503"), "the wait is shown: {}", thought_text(&before));
+    assert_eq!(h.mock.requests().len(), 3, "one answer, then the summary twice");
+}
