@@ -1,5 +1,5 @@
-//! The command line: help, version, config lookup and the one-line error a
-//! bad config file produces.
+//! The command line: help, version, config lookup, the one-line error a
+//! bad config file produces, and the greeting on a terminal.
 
 use std::process::Command;
 
@@ -90,4 +90,56 @@ fn logs_never_touch_stdout() {
     assert!(output.stdout.is_empty(), "stdout is for JSON-RPC only: {:?}", String::from_utf8_lossy(&output.stdout));
     let logged = std::fs::read_to_string(&log).unwrap();
     assert!(logged.contains("lathe"), "{logged}");
+}
+
+/// Started by hand on a terminal, lathe says on stderr what it is, which
+/// config and model it found and how to connect an editor, then serves the
+/// terminal. Under a pipe (an editor) it says nothing of the kind. The
+/// terminal is a pseudo-terminal made by util-linux `script`.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_terminal_gets_a_greeting_and_is_served() {
+    use std::io::Write as _;
+    let dir = tempfile::tempdir().unwrap();
+    let command = format!("{} --data-dir {}", env!("CARGO_BIN_EXE_lathe"), dir.path().join("data").display());
+    let mut script = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .env_remove("LATHE_CONFIG")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env("HOME", dir.path())
+        .env("XDG_CONFIG_HOME", dir.path())
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("util-linux `script` runs lathe on a pseudo-terminal");
+    let mut keyboard = script.stdin.take().unwrap();
+    // A request typed on the terminal, then Ctrl-D at the start of a line (end of input).
+    keyboard
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":1}}\n\x04")
+        .unwrap();
+    drop(keyboard);
+    let output = script.wait_with_output().unwrap();
+    let screen = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{:?}\n{screen}", output.status);
+    for expected in [
+        &format!("lathe {} - a coding agent", env!("CARGO_PKG_VERSION")) as &str,
+        "model:  none configured",
+        "\"agent_servers\"",
+        "Now serving ACP on this terminal",
+        "\"agentInfo\":{",
+    ] {
+        assert!(screen.contains(expected), "the terminal shows {expected:?}:\n{screen}");
+    }
+
+    let piped = lathe()
+        .env("HOME", dir.path())
+        .env("XDG_CONFIG_HOME", dir.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&piped.stderr);
+    assert!(!stderr.contains("Now serving ACP on this terminal"), "no greeting for an editor: {stderr}");
 }
