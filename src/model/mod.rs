@@ -385,7 +385,10 @@ impl ResponseStream {
             let deadline = tokio::time::Instant::now() + self.idle_timeout;
             self.idle.as_mut().reset(deadline);
             match item {
-                Some(Ok(event)) if event.data == "[DONE]" => self.done = true,
+                Some(Ok(event)) if event.data == "[DONE]" => {
+                    self.done = true;
+                    return self.ended();
+                }
                 Some(Ok(event)) if event.event == "keepalive" => {}
                 Some(Ok(event)) => match serde_json::from_str::<ChatChunk>(&event.data) {
                     Ok(chunk) => {
@@ -402,15 +405,24 @@ impl ResponseStream {
                     self.done = true;
                     return Some(Err(ModelError::StreamDropped(describe_event_stream_error(&err))));
                 }
-                None if self.readable_events == 0 && self.unreadable_events > 0 => {
-                    return Some(Err(ModelError::InvalidResponse(format!(
-                        "none of its {} events was a chat completion chunk",
-                        self.unreadable_events
-                    ))));
+                None => {
+                    self.done = true;
+                    return self.ended();
                 }
-                None => return None,
             }
         }
+    }
+
+    /// What the end of the stream means: the end of the answer, unless
+    /// events came and none of them was a chunk.
+    fn ended(&self) -> Option<Result<ChatChunk, ModelError>> {
+        if self.readable_events == 0 && self.unreadable_events > 0 {
+            return Some(Err(ModelError::InvalidResponse(format!(
+                "none of its {} events was a chat completion chunk",
+                self.unreadable_events
+            ))));
+        }
+        None
     }
 }
 

@@ -124,6 +124,26 @@ async fn garbage_events_are_skipped() {
     assert_eq!(agent_text(&before), "fine");
 }
 
+/// A stream in which no event is a chunk is an error the user can read, not
+/// an empty answer, whether it ends with `[DONE]` or just ends.
+#[tokio::test]
+async fn a_stream_of_nothing_but_garbage_is_an_error() {
+    let mut h = Harness::with_config(NO_RETRIES).await;
+    let session = h.session().await;
+    for done in [true, false] {
+        let mut steps = vec![Step::Raw("data: {not json\n\n".into()), Step::Raw("data: [1,2]\n\n".into())];
+        if done {
+            steps.push(Step::Done);
+        }
+        h.mock.push(Reply::Sse(steps));
+        let (_, error) = failed_prompt(&mut h, &session).await;
+        assert_eq!(error["data"]["kind"], "server", "{error}");
+        let message = error["message"].as_str().unwrap_or_default();
+        assert!(message.contains("none of its 2 events was a chat completion chunk"), "[DONE]: {done}: {message}");
+    }
+    still_usable(&mut h, &session).await;
+}
+
 #[tokio::test]
 async fn an_error_inside_the_stream_ends_the_prompt() {
     let mut h = Harness::start().await;
