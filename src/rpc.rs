@@ -6,7 +6,7 @@
 //! nothing of ACP: method names, params and results are opaque JSON here.
 //!
 //! Ordering guarantee: every outgoing message goes through one unbounded queue
-//! drained by one writer task, so messages reach the peer in the order they
+//! drained by one writer (a thread of its own on stdio), so messages reach the peer in the order they
 //! were enqueued. A turn's `session/update`s are therefore always written
 //! before that turn's response, whatever the timing.
 
