@@ -6,9 +6,9 @@
 //! nothing of ACP: method names, params and results are opaque JSON here.
 //!
 //! Ordering guarantee: every outgoing message goes through one unbounded queue
-//! drained by one writer (a thread of its own on stdio), so messages reach the peer in the order they
-//! were enqueued. A turn's `session/update`s are therefore always written
-//! before that turn's response, whatever the timing.
+//! drained by one writer (a thread of its own on stdio), so messages reach the
+//! peer in the order they were enqueued. A turn's `session/update`s are
+//! therefore always written before that turn's response, whatever the timing.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
