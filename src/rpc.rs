@@ -365,22 +365,23 @@ impl Writer {
     pub fn run_blocking<W: std::io::Write>(mut self, writer: W) -> std::io::Result<()> {
         use std::io::Write as _;
         let mut writer = std::io::BufWriter::with_capacity(64 * 1024, writer);
+        let mut batch = Vec::with_capacity(64);
         let mut flushed = Vec::new();
         while let Some(first) = self.rx.blocking_recv() {
-            let mut next = Some(first);
-            let mut written = 0;
-            while let Some(frame) = next.take() {
+            batch.push(first);
+            // Bounded like `run`'s batches so a firehose still gets flushed.
+            while batch.len() < 256
+                && let Ok(frame) = self.rx.try_recv()
+            {
+                batch.push(frame);
+            }
+            for frame in batch.drain(..) {
                 match frame {
                     Frame::Line(bytes) => {
                         writer.write_all(&bytes)?;
                         writer.write_all(b"\n")?;
                     }
                     Frame::Flush(done) => flushed.push(done),
-                }
-                written += 1;
-                // Bounded like `run`'s batches so a firehose still gets flushed.
-                if written < 256 {
-                    next = self.rx.try_recv().ok();
                 }
             }
             writer.flush()?;

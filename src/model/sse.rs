@@ -5,9 +5,9 @@
 //! slicing one byte off a three-byte character (upstream:
 //! jpopesculian/eventsource-stream#10, not merged). The panic kills the task
 //! that reads the stream (inside async-openai, it made the response silently
-//! end empty). The SSE format
-//! allows one leading BOM and says to ignore it, so lathe drops it before the
-//! parser sees the body, wherever the network splits its three bytes. If the
+//! end empty). The SSE format allows one leading BOM and says to ignore it, so
+//! lathe drops it before the parser sees the body, wherever the network splits
+//! its three bytes. If the
 //! body then still starts with U+FEFF (a second one, which the format makes
 //! part of the first line's field name, so that line is ignored), lathe puts
 //! an empty comment line (`:`) before it: the same meaning, and the parser
@@ -62,12 +62,16 @@ where
         let item = match item {
             Ok(chunk) => {
                 let bytes = chunk.as_ref();
-                // The line this chunk finishes (if any) and the one it leaves open.
-                let (finished, open) =
-                    match (bytes.iter().position(|&b| b == b'\n'), bytes.iter().rposition(|&b| b == b'\n')) {
-                        (Some(first), Some(last)) => (*run + first, bytes.len() - last - 1),
-                        _ => (0, *run + bytes.len()),
-                    };
+                // The line this chunk finishes (if any) and the one it leaves
+                // open. A chunk without a newline is scanned once; with one,
+                // from each end to its first and last newline.
+                let (finished, open) = match bytes.iter().position(|&b| b == b'\n') {
+                    Some(first) => {
+                        let last = bytes.iter().rposition(|&b| b == b'\n').unwrap_or(first);
+                        (*run + first, bytes.len() - last - 1)
+                    }
+                    None => (0, *run + bytes.len()),
+                };
                 *run = open;
                 if finished.max(open) > max_line {
                     *ended = true;

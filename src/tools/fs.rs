@@ -1339,10 +1339,7 @@ mod tests {
     #[tokio::test]
     async fn edit_failures_tell_the_model_how_to_retry() {
         let fx = Fixture::new();
-        fx.file(
-            "s.rs",
-            "fn main() {\n    let total = compute(1, 2);\n    println!(\"{total}\");\n}\nlet a = 0;\nlet a = 0;\n",
-        );
+        fx.file("s.rs", "fn main() {\n    let total = compute(1, 2);\n    show(total);\n}\nlet a = 0;\nlet a = 0;\n");
 
         let missing = fx
             .edit(json!({"path": "s.rs", "old_string": "  let total = compute(1,2);", "new_string": "let total = 3;"}))

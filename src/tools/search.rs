@@ -1120,7 +1120,7 @@ mod tests {
         write(root, "README.md", b"# Demo\nHello world\n");
         write(root, "data.bin", b"hello\0binary\nfn main() {}\n");
         write(root, "debug.log", b"hello from a log\nfn main\n");
-        write(root, "src/main.rs", b"fn main() {\n    println!(\"hello\");\n}\n");
+        write(root, "src/main.rs", b"fn main() {\n    say!(\"hello\");\n}\n");
         write(root, "src/lib.rs", b"pub mod nested;\n\npub fn alpha() {}\n\npub fn beta() {}\n");
         write(root, "src/nested/deep/mod.rs", b"fn  main() {}\n");
         write(root, "target/debug/build.rs", b"fn main() {}\n");
@@ -1292,7 +1292,7 @@ mod tests {
             "No matches for `HELLO` in the working directory (files matching `*.rs`)."
         );
         let text = f.text("grep", json!({"pattern": "HELLO", "case_insensitive": true})).await;
-        assert_eq!(text, "README.md:2:Hello world\nsrc/main.rs:2:    println!(\"hello\");");
+        assert_eq!(text, "README.md:2:Hello world\nsrc/main.rs:2:    say!(\"hello\");");
         let text = f.text("grep", json!({"pattern": "hello", "ignore_case": "true", "glob": "*.md"})).await;
         assert_eq!(text, "README.md:2:Hello world");
         assert_eq!(
@@ -1300,8 +1300,8 @@ mod tests {
             ".env:1:HELLO=1",
             "a named hidden file"
         );
-        let text = f.text("grep", json!({"pattern": "println!(", "literal": true})).await;
-        assert_eq!(text, "src/main.rs:2:    println!(\"hello\");");
+        let text = f.text("grep", json!({"pattern": "say!(", "literal": true})).await;
+        assert_eq!(text, "src/main.rs:2:    say!(\"hello\");");
         let text = f.text("grep", json!({"pattern": "fn", "files_with_matches": true})).await;
         assert_eq!(text, "src/lib.rs\nsrc/main.rs\nsrc/nested/deep/mod.rs");
         let text = f.text("grep", json!({"pattern": "fn", "glob": "src/*.rs", "files_with_matches": true})).await;
@@ -1321,7 +1321,7 @@ mod tests {
                 "src/lib.rs:5:pub fn beta() {}",
                 "--",
                 "src/main.rs:1:fn main() {",
-                "src/main.rs-2-    println!(\"hello\");",
+                "src/main.rs-2-    say!(\"hello\");",
                 "--",
                 "src/nested/deep/mod.rs:1:fn  main() {}",
             ]

@@ -407,23 +407,24 @@ pub async fn prompt(agent: &mut AgentProcess, session_id: &str, text: &str) -> i
 /// The `update` objects (`params.update`) of the `session/update`
 /// notifications among `messages` whose `sessionUpdate` is `kind`, in order.
 pub fn updates_of_kind<'a>(messages: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    updates_where(messages, |u| u["sessionUpdate"] == kind)
+}
+
+/// The `update` objects of the `session/update` notifications among
+/// `messages` that `keep` accepts, in order.
+fn updates_where(messages: &[Value], keep: impl Fn(&Value) -> bool) -> Vec<&Value> {
     messages
         .iter()
         .filter(|m| m["method"] == "session/update")
         .map(|m| &m["params"]["update"])
-        .filter(|u| u["sessionUpdate"] == kind)
+        .filter(|u| keep(u))
         .collect()
 }
 
 /// The `update` objects of the `session/update` notifications about tool
 /// call `call_id` (`tool_call` and `tool_call_update`), in order.
 pub fn updates_for<'a>(messages: &'a [Value], call_id: &str) -> Vec<&'a Value> {
-    messages
-        .iter()
-        .filter(|m| m["method"] == "session/update")
-        .map(|m| &m["params"]["update"])
-        .filter(|u| u["toolCallId"] == call_id)
-        .collect()
+    updates_where(messages, |u| u["toolCallId"] == call_id)
 }
 
 /// The last status the editor was told for tool call `call_id`.
