@@ -375,7 +375,8 @@ impl Turn<'_> {
                 }
             };
         }
-        let prepared = tools::prepare(&call.name, &call.arguments, self.workspace.cwd)?;
+        let in_place = self.workspace.host.writes_in_place();
+        let prepared = tools::prepare_in(&call.name, &call.arguments, self.workspace.cwd, in_place)?;
         let (kind, description) = (prepared.tool.kind(), prepared.description.clone());
         Ok((Runnable::Builtin(prepared), kind, description))
     }

@@ -13,10 +13,22 @@
 //! Review `git diff --staged`, focusing on $ARGUMENTS.
 //! ```
 //!
+//! Command files are read through the one reader for untrusted workspace
+//! files ([`fs_guard::read_workspace_file`]): regular files only (a FIFO or a
+//! link to `/dev/zero` is skipped at once, never read), at most
+//! [`MAX_COMMAND_BYTES`], and a project command must lead to a file inside
+//! the cwd. The user's own commands directory is trusted but type- and
+//! size-checked. A file that is skipped is named in a warning in the log.
+//!
 //! This module finds and parses commands; it knows nothing of ACP or of
 //! what the built-in commands do (the `acp` module runs them).
 
 use std::path::Path;
+
+use crate::fs_guard::{self, Area};
+
+/// Largest command file read; a prompt template has no use for more.
+pub const MAX_COMMAND_BYTES: u64 = 64 * 1024;
 
 /// What a command does.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,8 +85,11 @@ pub fn available(cwd: &Path, user_dir: Option<&Path>) -> Vec<SlashCommand> {
     ];
     let project = cwd.join(".lathe").join("commands");
     let user = user_dir.map(|dir| dir.join("commands"));
-    for dir in std::iter::once(project.as_path()).chain(user.as_deref()) {
-        for command in custom_commands(dir) {
+    let in_cwd = [cwd.to_path_buf()];
+    let dirs = std::iter::once((project.as_path(), Area::Within(&in_cwd)))
+        .chain(user.as_deref().map(|dir| (dir, Area::Trusted)));
+    for (dir, area) in dirs {
+        for command in custom_commands(dir, area) {
             if !commands.iter().any(|c| c.name == command.name) {
                 commands.push(command);
             }
@@ -83,7 +98,7 @@ pub fn available(cwd: &Path, user_dir: Option<&Path>) -> Vec<SlashCommand> {
     commands
 }
 
-fn custom_commands(dir: &Path) -> Vec<SlashCommand> {
+fn custom_commands(dir: &Path, area: Area<'_>) -> Vec<SlashCommand> {
     let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
     let mut found: Vec<SlashCommand> = entries
         .flatten()
@@ -96,10 +111,15 @@ fn custom_commands(dir: &Path) -> Vec<SlashCommand> {
             if name.is_empty() || !name.chars().all(|c| c.is_alphanumeric() || c == '-' || c == '_' || c == ':') {
                 return None;
             }
-            match std::fs::read_to_string(&path) {
-                Ok(text) => Some(parse_command_file(&name, &text)),
-                Err(err) => {
-                    tracing::warn!(path = %path.display(), %err, "skipping an unreadable command file");
+            match fs_guard::read_workspace_file(&path, area, MAX_COMMAND_BYTES) {
+                Ok(Some(read)) if read.omitted == 0 => Some(parse_command_file(&name, &read.text)),
+                Ok(Some(_)) => {
+                    tracing::warn!(path = %path.display(), limit = MAX_COMMAND_BYTES, "skipping a command file over the size limit");
+                    None
+                }
+                Ok(None) => None,
+                Err(refusal) => {
+                    tracing::warn!(path = %path.display(), reason = %refusal, "skipping a command file");
                     None
                 }
             }

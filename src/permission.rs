@@ -11,6 +11,7 @@ use std::path::PathBuf;
 
 use futures_util::future::BoxFuture;
 
+use crate::fs_guard::Target;
 use crate::tools::{Access, DisplayContent, Location, Tool, ToolKind, paths, shell};
 
 /// How much the agent may do without asking.
@@ -201,7 +202,7 @@ impl Policy {
                 Mode::ReadOnly => Verdict::Deny(READ_ONLY_REFUSAL.to_owned()),
                 Mode::FullAuto => Verdict::Allow,
                 // A command run outside the roots asks even when its prefix is remembered.
-                _ if remembered && all_inside(std::slice::from_ref(cwd), roots) => Verdict::Allow,
+                _ if remembered && paths::is_inside_roots(cwd, roots) => Verdict::Allow,
                 Mode::Ask | Mode::AcceptEdits => Verdict::Ask,
             },
             // A read-only tool has no paths to check: it is a read inside the
@@ -267,15 +268,17 @@ fn verb(tool: Tool) -> &'static str {
     }
 }
 
-fn all_inside(paths: &[PathBuf], roots: &[PathBuf]) -> bool {
-    paths.iter().all(|path| paths::is_inside_roots(path, roots))
+/// Whether every target stays inside the roots, judged on where it really
+/// leads (see [`crate::fs_guard`]).
+fn all_inside(targets: &[Target], roots: &[PathBuf]) -> bool {
+    targets.iter().all(|target| target.is_inside(roots))
 }
 
 /// The rule an "always" answer to this call would create. Reads and writes
 /// share a rule per tool family so that "always allow edits" covers both edit
 /// tools (the only ones that write); an MCP tool is its own rule.
 fn rule_for(access: &Access, roots: &[PathBuf]) -> Option<Rule> {
-    let scope = |paths: &[PathBuf]| if all_inside(paths, roots) { Scope::Inside } else { Scope::Outside };
+    let scope = |targets: &[Target]| if all_inside(targets, roots) { Scope::Inside } else { Scope::Outside };
     match access {
         Access::Nothing => None,
         Access::Read(paths) => Some(Rule::Tool(Tool::ReadFile, scope(paths))),
@@ -331,18 +334,20 @@ pub trait Approver: Send + Sync {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
 
     fn roots() -> Vec<PathBuf> {
         vec![PathBuf::from("/nonexistent-root/project")]
     }
 
-    fn inside() -> Vec<PathBuf> {
-        vec![PathBuf::from("/nonexistent-root/project/src/a.rs")]
+    fn inside() -> Vec<Target> {
+        vec![Target::of(Path::new("/nonexistent-root/project/src/a.rs"))]
     }
 
-    fn outside() -> Vec<PathBuf> {
-        vec![PathBuf::from("/nonexistent-root/elsewhere/a.rs")]
+    fn outside() -> Vec<Target> {
+        vec![Target::of(Path::new("/nonexistent-root/elsewhere/a.rs"))]
     }
 
     fn run(command: &str) -> Access {
@@ -447,8 +452,9 @@ mod tests {
     }
 
     /// Paths are judged where they lead: `..`, absolute paths and symlinks
-    /// leaving the roots are outside, for reads and writes alike; a hard link
-    /// is judged by its name (see `tools::paths`).
+    /// (dangling ones too) leaving the roots are outside, for reads and
+    /// writes alike; a hard link is judged by its name, except for a write
+    /// the editor makes in place (see `fs_guard`).
     #[cfg(unix)]
     #[test]
     fn links_and_dot_dots_are_judged_by_where_they_lead() {
@@ -460,27 +466,25 @@ mod tests {
         std::os::unix::fs::symlink(&secret, root.path().join("file_link")).unwrap();
         std::os::unix::fs::symlink(elsewhere.path(), root.path().join("dir_link")).unwrap();
         std::fs::hard_link(&secret, root.path().join("hard_link")).unwrap();
-        let dot_dot = paths::resolve(root.path(), "../../etc/passwd");
+        std::os::unix::fs::symlink(elsewhere.path().join("newdir/x"), root.path().join("dangling")).unwrap();
 
         let ask = Policy::new(Mode::Ask);
         let accept = Policy::new(Mode::AcceptEdits);
-        let outside = [
-            root.path().join("file_link"),
-            root.path().join("dir_link/secret.txt"),
-            root.path().join("dir_link/new/file.rs"),
-            dot_dot,
-            PathBuf::from("/etc/passwd"),
-        ];
-        for path in outside {
-            let read = Access::Read(vec![path.clone()]);
-            let write = Access::Write(vec![path.clone()]);
-            assert_eq!(ask.judge(&read, &roots), Verdict::Ask, "reading {}", path.display());
-            assert_eq!(accept.judge(&write, &roots), Verdict::Ask, "writing {}", path.display());
+        let outside =
+            ["file_link", "dir_link/secret.txt", "dir_link/new/file.rs", "dangling", "../../etc/passwd", "/etc/passwd"];
+        for asked in outside {
+            let target = Target::resolve(root.path(), asked);
+            let read = Access::Read(vec![target.clone()]);
+            let write = Access::Write(vec![target]);
+            assert_eq!(ask.judge(&read, &roots), Verdict::Ask, "reading {asked}");
+            assert_eq!(accept.judge(&write, &roots), Verdict::Ask, "writing {asked}");
         }
-        let hard = root.path().join("hard_link");
+        let hard = Target::resolve(root.path(), "hard_link");
         assert_eq!(ask.judge(&Access::Read(vec![hard.clone()]), &roots), Verdict::Allow);
-        assert_eq!(accept.judge(&Access::Write(vec![hard]), &roots), Verdict::Allow);
-        let inside = root.path().join("src/../lib.rs");
+        assert_eq!(accept.judge(&Access::Write(vec![hard.clone()]), &roots), Verdict::Allow);
+        let in_place = hard.written_in_place(true);
+        assert_eq!(accept.judge(&Access::Write(vec![in_place]), &roots), Verdict::Ask, "the editor writes in place");
+        let inside = Target::resolve(root.path(), "src/../lib.rs");
         assert_eq!(accept.judge(&Access::Write(vec![inside]), &roots), Verdict::Allow);
     }
 

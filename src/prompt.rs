@@ -9,12 +9,23 @@
 //! directory has no `AGENTS.md`. Each file is capped at
 //! [`MAX_INSTRUCTIONS_BYTES`].
 //!
+//! The workspace is untrusted, so its instruction files are read through the
+//! one reader for such files ([`fs_guard::read_workspace_file`]): regular
+//! files only (a FIFO or a device never blocks or floods), at most the cap
+//! read, and the final target must lie inside the cwd for a file in the cwd,
+//! inside the repository root for one above it. An `AGENTS.md` that links to
+//! `/proc/self/environ` or any file elsewhere is left out with a warning in
+//! the log naming it and why. lathe's own user-level file is the user's: it
+//! may lead anywhere, but is type- and size-checked too.
+//!
 //! The prompt is built once per session and kept, so that every request of a
 //! session starts with the same bytes (provider prompt caches hit) and nothing
 //! volatile, like the time of day, changes between requests. This module
 //! knows nothing of ACP or the model API.
 
 use std::path::{Path, PathBuf};
+
+use crate::fs_guard::{self, Area};
 
 const SYSTEM: &str = include_str!("../prompts/system.md");
 const ENVIRONMENT: &str = include_str!("../prompts/environment.md");
@@ -72,16 +83,20 @@ pub struct Instructions {
 pub fn project_instructions(cwd: &Path, user_dir: Option<&Path>) -> Vec<Instructions> {
     let mut files = Vec::new();
     if let Some(dir) = user_dir
-        && let Some(file) = read_instructions(&dir.join("AGENTS.md"))
+        && let Some(file) = read_instructions(&dir.join("AGENTS.md"), Area::Trusted)
     {
         files.push(file);
     }
     let root = cwd.ancestors().find(|dir| dir.join(".git").exists()).unwrap_or(cwd);
     let mut dirs: Vec<&Path> = cwd.ancestors().take_while(|dir| dir.starts_with(root)).collect();
     dirs.reverse();
+    let (in_cwd, in_repository) = ([cwd.to_path_buf()], [root.to_path_buf()]);
     for dir in dirs {
+        // The checkout is untrusted: a file in the cwd may lead only inside
+        // it (not up into a home directory that happens to be a repository).
+        let area = Area::Within(if dir == cwd { &in_cwd } else { &in_repository });
         if let Some(file) =
-            read_instructions(&dir.join("AGENTS.md")).or_else(|| read_instructions(&dir.join("CLAUDE.md")))
+            read_instructions(&dir.join("AGENTS.md"), area).or_else(|| read_instructions(&dir.join("CLAUDE.md"), area))
         {
             files.push(file);
         }
@@ -89,18 +104,17 @@ pub fn project_instructions(cwd: &Path, user_dir: Option<&Path>) -> Vec<Instruct
     files
 }
 
-fn read_instructions(path: &Path) -> Option<Instructions> {
-    let metadata = std::fs::metadata(path).ok()?;
-    if !metadata.is_file() {
-        return None;
-    }
-    let bytes = std::fs::read(path).ok()?;
-    let mut text = String::from_utf8_lossy(&bytes[..bytes.len().min(MAX_INSTRUCTIONS_BYTES)]).into_owned();
-    if bytes.len() > MAX_INSTRUCTIONS_BYTES {
-        text.push_str(&format!(
-            "\n\n[... {} more bytes of this file not included ...]",
-            bytes.len() - MAX_INSTRUCTIONS_BYTES
-        ));
+fn read_instructions(path: &Path, area: Area<'_>) -> Option<Instructions> {
+    let read = match fs_guard::read_workspace_file(path, area, MAX_INSTRUCTIONS_BYTES as u64) {
+        Ok(read) => read?,
+        Err(refusal) => {
+            tracing::warn!(path = %path.display(), reason = %refusal, "instructions file left out of the system prompt");
+            return None;
+        }
+    };
+    let mut text = read.text;
+    if read.omitted > 0 {
+        text.push_str(&format!("\n\n[... {} more bytes of this file not included ...]", read.omitted));
     }
     (!text.trim().is_empty()).then(|| Instructions { path: path.to_path_buf(), text })
 }

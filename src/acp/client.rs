@@ -2,7 +2,8 @@
 //! (`terminal/*`) and permission (`session/request_permission`), each used
 //! only when the editor advertised it, with local disk and local processes
 //! standing in otherwise. Implements the tools' [`Host`] and the agent's
-//! [`Approver`] seams.
+//! [`Approver`] seams. File requests name the judged target's real location
+//! and are checked again through [`crate::fs_guard`] just before they are sent.
 
 use std::path::Path;
 
@@ -16,9 +17,10 @@ use serde_json::{Value, json};
 
 use super::updates;
 use crate::agent::ToolCallChange;
+use crate::fs_guard::{GuardError, Target};
 use crate::permission::{Answer, ApprovalError, Approver, PermissionQuestion};
 use crate::rpc::{CallError, Outbox};
-use crate::tools::local::LocalHost;
+use crate::tools::local::{Action, LocalHost, guard_error};
 use crate::tools::{Host, HostError, TerminalCommand, TerminalExit, TerminalOutput, Terminals};
 
 /// ACP's "resource not found" code.
@@ -63,12 +65,33 @@ fn editor_error(action: &str, path: Option<&Path>, err: CallError) -> HostError 
     }
 }
 
+/// The editor reads and writes by name, so just before asking it, the judged
+/// target is checked again through the path authority (no link swapped in,
+/// same directory, no new hard link) and its real location is what the
+/// editor is sent; for a write, the missing directories are created there,
+/// beneath the judged directory, never through a link. Runs on a blocking
+/// thread (it touches the disk).
+async fn guarded(
+    target: &Target,
+    action: Action,
+    check: fn(&Target) -> Result<(), GuardError>,
+) -> Result<(), HostError> {
+    let owned = target.clone();
+    let named = target.named.clone();
+    tokio::task::spawn_blocking(move || check(&owned))
+        .await
+        .map_err(|err| HostError::Other(format!("The file operation did not finish: {err}")))?
+        .map_err(|err| guard_error(action, &named, err))
+}
+
 impl Host for ClientHost {
-    fn read_text_file<'a>(&'a self, path: &'a Path) -> BoxFuture<'a, Result<String, HostError>> {
+    fn read_text_file<'a>(&'a self, target: &'a Target) -> BoxFuture<'a, Result<String, HostError>> {
         if !self.read_via_client {
-            return self.local.read_text_file(path);
+            return self.local.read_text_file(target);
         }
         Box::pin(async move {
+            guarded(target, Action::Read, Target::check_readable).await?;
+            let path = target.real.as_path();
             let request = ReadTextFileRequest::new(self.session_id.clone(), path);
             let response: ReadTextFileResponse = self
                 .outbox
@@ -79,17 +102,15 @@ impl Host for ClientHost {
         })
     }
 
-    fn write_text_file<'a>(&'a self, path: &'a Path, content: &'a str) -> BoxFuture<'a, Result<(), HostError>> {
+    fn write_text_file<'a>(&'a self, target: &'a Target, content: &'a str) -> BoxFuture<'a, Result<(), HostError>> {
         if !self.write_via_client {
-            return self.local.write_text_file(path, content);
+            return self.local.write_text_file(target, content);
         }
         Box::pin(async move {
-            // The editor creates the file, but not necessarily its directory.
-            if let Some(parent) = path.parent()
-                && let Err(err) = tokio::fs::create_dir_all(parent).await
-            {
-                return Err(HostError::Other(format!("cannot create {}: {err}", parent.display())));
-            }
+            // The editor creates the file, but not necessarily its directory:
+            // the authority creates it, beneath the judged one.
+            guarded(target, Action::Write, Target::prepare_in_place).await?;
+            let path = target.real.as_path();
             let request = WriteTextFileRequest::new(self.session_id.clone(), path, content);
             let _: Value = self
                 .outbox
@@ -102,6 +123,10 @@ impl Host for ClientHost {
 
     fn reads_via_client(&self) -> bool {
         self.read_via_client
+    }
+
+    fn writes_in_place(&self) -> bool {
+        self.write_via_client
     }
 
     fn terminals(&self) -> Option<&dyn Terminals> {

@@ -4,12 +4,16 @@
 //! line-numbered reading within the output limits, whole-file writes, and
 //! exact-string edits applied all or nothing.
 //!
-//! Reads and writes go through [`Host`](super::Host), so this module does not
-//! know whether the disk or the editor's buffers answer; it knows nothing of
-//! ACP or the model API. Only the `describe_*` functions touch the disk
-//! directly, for a small bounded preview taken before permission is asked,
-//! and every call looks at the path's metadata first, so that directories,
-//! FIFOs, sockets and devices are refused whoever serves reads (asking an
+//! Every path is judged by [`crate::fs_guard`] when the call is described
+//! (where it really leads: links followed, dangling ones too), and the call
+//! then works on that judged [`Target`], never on the name again. Titles name
+//! the real target when links lead elsewhere (`Write notes.md →
+//! /elsewhere/x`). Reads and writes go through [`Host`](super::Host), so this
+//! module does not know whether the disk or the editor's buffers answer; it
+//! knows nothing of ACP or the model API. The `describe_*` functions read a
+//! small bounded preview through the path authority before permission is
+//! asked, and what the judged target is (directory, FIFO, socket, device)
+//! is checked first, so those are refused whoever serves reads (asking an
 //! editor to read `/dev/zero` would hang it). A path with a NUL character is
 //! refused before anything touches it.
 //!
@@ -43,12 +47,12 @@ use serde::{Deserialize, Deserializer};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::local::{BINARY_SNIFF_BYTES, read_text_blocking, size_text, special_kind};
+use super::local::{BINARY_SNIFF_BYTES, read_text_blocking, size_text};
 use super::versions::Freshness;
 use super::{
     Access, Description, DisplayContent, HostError, Location, OutcomeStatus, ToolContext, ToolLimits, ToolOutcome,
-    paths,
 };
+use crate::fs_guard::{Found, Target};
 
 /// Largest file `describe_*` reads to preview a change; bigger files get no preview.
 const PREVIEW_MAX_BYTES: u64 = 256 * 1024;
@@ -199,8 +203,8 @@ pub fn edit_file_schema() -> Value {
 
 /// Describes a `read_file` call: "Read src/main.rs (lines 10-40)".
 pub fn describe_read_file(args: &ReadFileArgs, cwd: &Path) -> Description {
-    let path = paths::resolve(cwd, &args.path);
-    let shown = paths::display(&path, cwd);
+    let target = Target::resolve(cwd, &args.path);
+    let shown = target.shown(cwd);
     let first = args.offset.unwrap_or(1).max(1);
     let title = match (args.offset, args.limit.filter(|&limit| limit > 0)) {
         (_, Some(limit)) => format!("Read {shown} (lines {first}-{})", first.saturating_add(limit - 1)),
@@ -209,26 +213,28 @@ pub fn describe_read_file(args: &ReadFileArgs, cwd: &Path) -> Description {
     };
     Description {
         title,
-        locations: vec![Location { path: path.clone(), line: args.offset.map(|_| line_number(first)) }],
-        access: Access::Read(vec![path]),
+        locations: vec![Location { path: target.real.clone(), line: args.offset.map(|_| line_number(first)) }],
+        access: Access::Read(vec![target]),
         preview: Vec::new(),
     }
 }
 
 /// Describes a `write_file` call: "Create src/new.rs" or "Write src/main.rs",
 /// with the diff against the current content as the preview when the file is
-/// small enough to read cheaply.
-pub fn describe_write_file(args: &WriteFileArgs, cwd: &Path) -> Description {
-    let path = paths::resolve(cwd, &args.path);
-    let shown = paths::display(&path, cwd);
-    let (title, preview) = match std::fs::metadata(&path) {
-        Err(_) => (
+/// small enough to read cheaply. `in_place`: the host changes the file in
+/// place (see [`Host::writes_in_place`](super::Host::writes_in_place)).
+pub fn describe_write_file(args: &WriteFileArgs, cwd: &Path, in_place: bool) -> Description {
+    let target = Target::resolve(cwd, &args.path).written_in_place(in_place);
+    let shown = shown_for_write(&target, cwd, in_place);
+    let path = target.real.clone();
+    let (title, preview) = match &target.found {
+        Found::Missing | Found::Unresolvable(_) => (
             format!("Create {shown}"),
             vec![DisplayContent::Diff { path: path.clone(), old_text: None, new_text: args.content.clone() }],
         ),
-        Ok(_) => {
+        Found::File { .. } | Found::Directory | Found::Special(_) => {
             // Unreadable, binary or large: no preview rather than a misleading new-file diff.
-            let preview = read_text_blocking(&path, PREVIEW_MAX_BYTES)
+            let preview = read_text_blocking(&target, PREVIEW_MAX_BYTES)
                 .ok()
                 .map(|old| DisplayContent::Diff {
                     path: path.clone(),
@@ -240,23 +246,31 @@ pub fn describe_write_file(args: &WriteFileArgs, cwd: &Path) -> Description {
             (format!("Write {shown}"), preview)
         }
     };
-    Description {
-        title,
-        locations: vec![Location { path: path.clone(), line: None }],
-        access: Access::Write(vec![path]),
-        preview,
+    Description { title, locations: vec![Location { path, line: None }], access: Access::Write(vec![target]), preview }
+}
+
+/// The target of a change as the title shows it: where links lead, and
+/// whether an in-place write also changes the file's other hard links.
+fn shown_for_write(target: &Target, cwd: &Path, in_place: bool) -> String {
+    let shown = target.shown(cwd);
+    match target.found {
+        Found::File { links, .. } if in_place && links > 1 => {
+            format!("{shown} (one of {links} hard links to the same file: all of them change)")
+        }
+        _ => shown,
     }
 }
 
 /// Describes an `edit_file` call: "Edit src/lib.rs", with the resulting diff
 /// as the preview when the file is small and the edits apply.
-pub fn describe_edit_file(args: &EditFileArgs, cwd: &Path) -> Description {
-    let path = paths::resolve(cwd, &args.path);
-    let shown = paths::display(&path, cwd);
+pub fn describe_edit_file(args: &EditFileArgs, cwd: &Path, in_place: bool) -> Description {
+    let target = Target::resolve(cwd, &args.path).written_in_place(in_place);
+    let shown = shown_for_write(&target, cwd, in_place);
+    let path = target.real.clone();
     let preview = planned_edits(args)
         .ok()
         .and_then(|edits| {
-            let old = read_text_blocking(&path, PREVIEW_MAX_BYTES).ok()?;
+            let old = read_text_blocking(&target, PREVIEW_MAX_BYTES).ok()?;
             let applied = apply_edits(&old, &edits, &shown).ok()?;
             Some(DisplayContent::Diff { path: path.clone(), old_text: Some(old), new_text: applied.text })
         })
@@ -264,37 +278,38 @@ pub fn describe_edit_file(args: &EditFileArgs, cwd: &Path) -> Description {
         .collect();
     Description {
         title: format!("Edit {shown}"),
-        locations: vec![Location { path: path.clone(), line: None }],
-        access: Access::Write(vec![path]),
+        locations: vec![Location { path, line: None }],
+        access: Access::Write(vec![target]),
         preview,
     }
 }
 
 /// Runs `read_file`: the requested lines, numbered like `cat -n`, within the
 /// output limits, with a note saying how to read on when cut short.
-pub async fn read_file(args: ReadFileArgs, ctx: &ToolContext<'_>) -> ToolOutcome {
+pub async fn read_file(args: ReadFileArgs, target: &Target, ctx: &ToolContext<'_>) -> ToolOutcome {
     if let Some(refusal) = refuse_nul(&args.path, "read_file") {
         return refusal;
     }
-    let path = paths::resolve(ctx.cwd, &args.path);
-    let shown = paths::display(&path, ctx.cwd);
-    match kind_of(&path).await {
-        Kind::Directory => {
+    let path = target.real.clone();
+    let shown = target.shown(ctx.cwd);
+    match &target.found {
+        Found::Directory => {
             return ToolOutcome::failed(format!(
                 "{shown} is a directory, not a file. Use list_directory to see what it contains."
             ));
         }
-        Kind::Special(kind) => {
+        Found::Special(kind) => {
             return ToolOutcome::failed(format!(
                 "{shown} is {kind}, not a regular file; only regular files can be read."
             ));
         }
-        Kind::File | Kind::Missing => {}
+        Found::Unresolvable(why) => return ToolOutcome::failed(format!("Cannot read {shown}: {why}.")),
+        Found::File { .. } | Found::Missing => {}
     }
-    let text = match race(ctx.cancel, ctx.host.read_text_file(&path)).await {
+    let text = match race(ctx.cancel, ctx.host.read_text_file(target)).await {
         None => return ToolOutcome::cancelled(),
         Some(Ok(text)) => text,
-        Some(Err(err)) => return ToolOutcome::failed(read_error(&err, &args.path, &path, "")),
+        Some(Err(err)) => return ToolOutcome::failed(read_error(&err, &args.path, target, "")),
     };
     if looks_binary(&text) {
         return ToolOutcome::failed(format!(
@@ -342,24 +357,25 @@ pub async fn read_file(args: ReadFileArgs, ctx: &ToolContext<'_>) -> ToolOutcome
 
 /// Runs `write_file`: creates or replaces the whole file, unless it exists and
 /// the model has not seen its current text (see the module docs).
-pub async fn write_file(args: WriteFileArgs, ctx: &ToolContext<'_>) -> ToolOutcome {
+pub async fn write_file(args: WriteFileArgs, target: &Target, ctx: &ToolContext<'_>) -> ToolOutcome {
     if let Some(refusal) = refuse_nul(&args.path, "write_file") {
         return refusal;
     }
-    let path = paths::resolve(ctx.cwd, &args.path);
-    let shown = paths::display(&path, ctx.cwd);
-    let exists = match kind_of(&path).await {
-        Kind::Directory => {
+    let path = target.real.clone();
+    let shown = target.shown(ctx.cwd);
+    let exists = match &target.found {
+        Found::Directory => {
             return ToolOutcome::failed(format!("{shown} is a directory; write_file needs the path of a file."));
         }
-        Kind::Special(kind) => {
+        Found::Special(kind) => {
             return ToolOutcome::failed(format!("{shown} is {kind}, not a regular file; refusing to replace it."));
         }
-        Kind::File => true,
-        Kind::Missing => false,
+        Found::Unresolvable(why) => return ToolOutcome::failed(format!("Cannot write {shown}: {why}.")),
+        Found::File { .. } => true,
+        Found::Missing => false,
     };
     let old = if exists {
-        match race(ctx.cancel, ctx.host.read_text_file(&path)).await {
+        match race(ctx.cancel, ctx.host.read_text_file(target)).await {
             None => return ToolOutcome::cancelled(),
             // Text that cannot be read (binary, too large) cannot be compared;
             // it only costs the check and the diff, not the write.
@@ -376,7 +392,7 @@ pub async fn write_file(args: WriteFileArgs, ctx: &ToolContext<'_>) -> ToolOutco
     if ctx.cancel.is_cancelled() {
         return ToolOutcome::cancelled();
     }
-    match race(ctx.cancel, ctx.host.write_text_file(&path, &args.content)).await {
+    match race(ctx.cancel, ctx.host.write_text_file(target, &args.content)).await {
         None => return ToolOutcome::cancelled(),
         Some(Err(err)) => return ToolOutcome::failed(write_error(&err, &shown)),
         Some(Ok(())) => {}
@@ -413,30 +429,31 @@ pub async fn write_file(args: WriteFileArgs, ctx: &ToolContext<'_>) -> ToolOutco
 /// Runs `edit_file`: applies every replacement to the current text, then
 /// writes the result once; if any replacement fails nothing is written, and
 /// neither is anything when the file changed since the model last saw it.
-pub async fn edit_file(args: EditFileArgs, ctx: &ToolContext<'_>) -> ToolOutcome {
+pub async fn edit_file(args: EditFileArgs, target: &Target, ctx: &ToolContext<'_>) -> ToolOutcome {
     if let Some(refusal) = refuse_nul(&args.path, "edit_file") {
         return refusal;
     }
-    let path = paths::resolve(ctx.cwd, &args.path);
-    let shown = paths::display(&path, ctx.cwd);
+    let path = target.real.clone();
+    let shown = target.shown(ctx.cwd);
     let edits = match planned_edits(&args) {
         Ok(edits) => edits,
         Err(message) => return ToolOutcome::failed(message),
     };
-    match kind_of(&path).await {
-        Kind::Directory => {
+    match &target.found {
+        Found::Directory => {
             return ToolOutcome::failed(format!("{shown} is a directory; edit_file needs the path of a file."));
         }
-        Kind::Special(kind) => {
+        Found::Special(kind) => {
             return ToolOutcome::failed(format!("{shown} is {kind}, not a regular file; edit_file only edits files."));
         }
-        Kind::File | Kind::Missing => {}
+        Found::Unresolvable(why) => return ToolOutcome::failed(format!("Cannot edit {shown}: {why}.")),
+        Found::File { .. } | Found::Missing => {}
     }
-    let old = match race(ctx.cancel, ctx.host.read_text_file(&path)).await {
+    let old = match race(ctx.cancel, ctx.host.read_text_file(target)).await {
         None => return ToolOutcome::cancelled(),
         Some(Ok(text)) => text,
         Some(Err(err)) => {
-            return ToolOutcome::failed(read_error(&err, &args.path, &path, " To create a new file, use write_file."));
+            return ToolOutcome::failed(read_error(&err, &args.path, target, " To create a new file, use write_file."));
         }
     };
     if looks_binary(&old) {
@@ -452,7 +469,7 @@ pub async fn edit_file(args: EditFileArgs, ctx: &ToolContext<'_>) -> ToolOutcome
     if ctx.cancel.is_cancelled() {
         return ToolOutcome::cancelled();
     }
-    match race(ctx.cancel, ctx.host.write_text_file(&path, &applied.text)).await {
+    match race(ctx.cancel, ctx.host.write_text_file(target, &applied.text)).await {
         None => return ToolOutcome::cancelled(),
         Some(Err(err)) => return ToolOutcome::failed(write_error(&err, &shown)),
         Some(Ok(())) => {}
@@ -565,32 +582,14 @@ async fn race<T>(cancel: &CancellationToken, work: impl Future<Output = T>) -> O
     }
 }
 
-/// What a path names on the local disk, symlinks followed.
-enum Kind {
-    /// Nothing, or nothing we may look at (the host then says why).
-    Missing,
-    File,
-    Directory,
-    /// A FIFO, socket or device, described for the model.
-    Special(&'static str),
-}
-
-async fn kind_of(path: &Path) -> Kind {
-    match tokio::fs::metadata(path).await {
-        Ok(metadata) if metadata.is_dir() => Kind::Directory,
-        Ok(metadata) if metadata.is_file() => Kind::File,
-        Ok(metadata) => Kind::Special(special_kind(&metadata)),
-        Err(_) => Kind::Missing,
-    }
-}
-
 /// Binary content the editor handed over as text (the local host refuses it
 /// before decoding).
 fn looks_binary(text: &str) -> bool {
     text.as_bytes()[..text.len().min(BINARY_SNIFF_BYTES)].contains(&0)
 }
 
-fn read_error(err: &HostError, asked: &str, path: &Path, hint: &str) -> String {
+fn read_error(err: &HostError, asked: &str, target: &Target, hint: &str) -> String {
+    let path = &target.real;
     match err {
         HostError::NotFound(_) if Path::new(asked) == path => format!("File not found: {}.{hint}", path.display()),
         HostError::NotFound(_) => format!("File not found: {asked} (resolved to {}).{hint}", path.display()),
@@ -1072,15 +1071,21 @@ mod tests {
         }
 
         async fn read(&self, args: Value) -> ToolOutcome {
-            read_file(serde_json::from_value(args).unwrap(), &self.ctx()).await
+            let args: ReadFileArgs = serde_json::from_value(args).unwrap();
+            let target = Target::resolve(self.cwd(), &args.path);
+            read_file(args, &target, &self.ctx()).await
         }
 
         async fn write(&self, args: Value) -> ToolOutcome {
-            write_file(serde_json::from_value(args).unwrap(), &self.ctx()).await
+            let args: WriteFileArgs = serde_json::from_value(args).unwrap();
+            let target = Target::resolve(self.cwd(), &args.path);
+            write_file(args, &target, &self.ctx()).await
         }
 
         async fn edit(&self, args: Value) -> ToolOutcome {
-            edit_file(serde_json::from_value(args).unwrap(), &self.ctx()).await
+            let args: EditFileArgs = serde_json::from_value(args).unwrap();
+            let target = Target::resolve(self.cwd(), &args.path);
+            edit_file(args, &target, &self.ctx()).await
         }
     }
 
@@ -1186,7 +1191,7 @@ mod tests {
         let cwd = Path::new("/p");
         let call = prepare("read_file", r#"{"path": "src/main.rs", "offset": 10, "limit": 31}"#, cwd).unwrap();
         assert_eq!(call.description.title, "Read src/main.rs (lines 10-40)");
-        assert_eq!(call.description.access, Access::Read(vec![PathBuf::from("/p/src/main.rs")]));
+        assert_eq!(call.description.access, Access::Read(vec![Target::of(Path::new("/p/src/main.rs"))]));
         assert_eq!(call.description.locations[0].line, Some(10));
         let call = prepare("read_file", r#"{"path": "/p/src/main.rs"}"#, cwd).unwrap();
         assert_eq!(call.description.title, "Read src/main.rs");
@@ -1199,7 +1204,7 @@ mod tests {
         let call = prepare("write_file", r#"{"path": "a/b/new.rs", "content": "fn main() {}\n"}"#, fx.cwd()).unwrap();
         let path = fx.cwd().join("a/b/new.rs");
         assert_eq!(call.description.title, "Create a/b/new.rs");
-        assert_eq!(call.description.access, Access::Write(vec![path.clone()]));
+        assert_eq!(call.description.access, Access::Write(vec![Target::of(&path)]));
         let created = fx.write(json!({"path": "a/b/new.rs", "content": "fn main() {}\n"})).await;
         assert_eq!(created.status, OutcomeStatus::Completed);
         assert_eq!(created.for_model, "Created a/b/new.rs (1 line).");
@@ -1295,7 +1300,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(call.description.title, "Edit lib.rs");
-        assert_eq!(call.description.access, Access::Write(vec![path.clone()]));
+        assert_eq!(call.description.access, Access::Write(vec![Target::of(&path)]));
         assert!(
             matches!(&call.description.preview[..], [DisplayContent::Diff { new_text, .. }] if new_text.starts_with("fn c() {}\n"))
         );
@@ -1508,17 +1513,23 @@ mod tests {
     struct HangingHost;
 
     impl crate::tools::Host for HangingHost {
-        fn read_text_file<'a>(&'a self, _: &'a Path) -> futures_util::future::BoxFuture<'a, Result<String, HostError>> {
+        fn read_text_file<'a>(
+            &'a self,
+            _: &'a Target,
+        ) -> futures_util::future::BoxFuture<'a, Result<String, HostError>> {
             Box::pin(std::future::pending())
         }
         fn write_text_file<'a>(
             &'a self,
-            _: &'a Path,
+            _: &'a Target,
             _: &'a str,
         ) -> futures_util::future::BoxFuture<'a, Result<(), HostError>> {
             Box::pin(std::future::pending())
         }
         fn reads_via_client(&self) -> bool {
+            true
+        }
+        fn writes_in_place(&self) -> bool {
             true
         }
         fn terminals(&self) -> Option<&dyn crate::tools::Terminals> {
@@ -1535,13 +1546,15 @@ mod tests {
         fn args<T: serde::de::DeserializeOwned>(value: Value) -> T {
             serde_json::from_value(value).unwrap()
         }
+        let at = |path: &str| Target::resolve(fx.cwd(), path);
         let outcomes = tokio::time::timeout(Duration::from_secs(5), async {
             vec![
-                read_file(args(json!({"path": "/dev/zero"})), &ctx).await,
-                read_file(args(json!({"path": "/dev/urandom"})), &ctx).await,
-                read_file(args(json!({"path": "zeros"})), &ctx).await,
-                write_file(args(json!({"path": "/dev/null", "content": "x"})), &ctx).await,
-                edit_file(args(json!({"path": "zeros", "old_string": "a", "new_string": "b"})), &ctx).await,
+                read_file(args(json!({"path": "/dev/zero"})), &at("/dev/zero"), &ctx).await,
+                read_file(args(json!({"path": "/dev/urandom"})), &at("/dev/urandom"), &ctx).await,
+                read_file(args(json!({"path": "zeros"})), &at("zeros"), &ctx).await,
+                write_file(args(json!({"path": "/dev/null", "content": "x"})), &at("/dev/null"), &ctx).await,
+                edit_file(args(json!({"path": "zeros", "old_string": "a", "new_string": "b"})), &at("zeros"), &ctx)
+                    .await,
             ]
         })
         .await

@@ -1,13 +1,16 @@
 //! The local-disk [`Host`]: reading and writing files on this machine when the
 //! editor does not serve `fs/*` itself.
 //!
-//! This module owns the disk-level rules every file read and write obeys: only
-//! regular files are opened (a FIFO, socket or device is refused before it is
-//! opened, so nothing blocks), files over [`MAX_FILE_BYTES`] and binary files
-//! are refused before decoding, and writes are atomic (a temporary file in the
-//! target's directory, flushed to disk, then renamed over it) and keep the
-//! existing file's permissions. It knows nothing of tools, models or ACP; its
-//! error messages are written for the model to read.
+//! This module owns the text rules every local file read and write obeys:
+//! files over [`MAX_FILE_BYTES`] and binary files are refused before
+//! decoding, and errors are phrased for the model. The disk itself is
+//! touched only through [`crate::fs_guard`], on the target the permission
+//! policy judged: only regular files are opened (a FIFO, socket or device is
+//! refused, checked on the open descriptor, so nothing blocks), and writes
+//! are atomic (a temporary file in the target's directory, flushed to disk,
+//! then renamed over it, all inside the directory handle that was judged)
+//! and keep the existing file's permissions. It knows nothing of tools,
+//! models or ACP.
 //!
 //! Atomic means a reader, or the user after lathe is killed at any instant,
 //! finds either the old file or the new one, never a mix or a truncation. A
@@ -17,14 +20,14 @@
 //! new file replaces the old one by rename, a write through a hard link gives
 //! that name a new file and leaves the other names (possibly outside the
 //! project) with the old content; a write through a symlink rewrites the
-//! link's target and keeps the link.
+//! link's target (where the judged target is) and keeps the link.
 
-use std::fs::{File, Metadata};
-use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::path::Path;
 
 use futures_util::future::BoxFuture;
+
+use crate::fs_guard::{GuardError, Target};
+pub use crate::fs_guard::{STALE_TEMP_AGE, special_kind};
 
 use super::{Host, HostError, Terminals};
 
@@ -34,36 +37,29 @@ pub const MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
 /// Bytes inspected for a NUL byte when deciding whether a file is binary.
 pub const BINARY_SNIFF_BYTES: usize = 8 * 1024;
 
-/// Age at which a leftover temporary file of a killed write is removed. A
-/// write in progress is done in seconds; and removing a temporary file still
-/// in use would only make that write fail, never touch its target.
-pub const STALE_TEMP_AGE: Duration = Duration::from_secs(10 * 60);
-
-/// How temporary files of writes end, so they can be recognised.
-const TEMP_SUFFIX: &str = ".lathe-tmp";
-
-/// Random characters in a temporary file's name, between the prefix and the suffix.
-const TEMP_RANDOM_CHARS: usize = 6;
-
 /// Files and no terminals, straight on the local disk.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct LocalHost;
 
 impl Host for LocalHost {
-    fn read_text_file<'a>(&'a self, path: &'a Path) -> BoxFuture<'a, Result<String, HostError>> {
-        let path = path.to_path_buf();
-        Box::pin(blocking(move || read_text_blocking(&path, MAX_FILE_BYTES)))
+    fn read_text_file<'a>(&'a self, target: &'a Target) -> BoxFuture<'a, Result<String, HostError>> {
+        let target = target.clone();
+        Box::pin(blocking(move || read_text_blocking(&target, MAX_FILE_BYTES)))
     }
 
-    fn write_text_file<'a>(&'a self, path: &'a Path, content: &'a str) -> BoxFuture<'a, Result<(), HostError>> {
-        let path = path.to_path_buf();
+    fn write_text_file<'a>(&'a self, target: &'a Target, content: &'a str) -> BoxFuture<'a, Result<(), HostError>> {
+        let target = target.clone();
         let content = content.to_owned();
         // Once started, the blocking write runs to the end even if this future
         // is dropped; that is safe because the rename is the only visible step.
-        Box::pin(blocking(move || write_text_blocking(&path, &content)))
+        Box::pin(blocking(move || write_text_blocking(&target, &content)))
     }
 
     fn reads_via_client(&self) -> bool {
+        false
+    }
+
+    fn writes_in_place(&self) -> bool {
         false
     }
 
@@ -80,27 +76,12 @@ async fn blocking<T: Send + 'static>(
         .map_err(|err| HostError::Other(format!("The file operation did not finish: {err}")))?
 }
 
-/// Reads a text file of at most `max_bytes`, synchronously. Refuses
+/// Reads the judged text file of at most `max_bytes`, synchronously. Refuses
 /// directories, anything that is not a regular file, larger files, and
 /// binary content (a NUL byte near the start, or invalid UTF-8).
-pub fn read_text_blocking(path: &Path, max_bytes: u64) -> Result<String, HostError> {
-    let shown = path.display();
-    let metadata = std::fs::metadata(path).map_err(|err| io_error("read", path, &err))?;
-    check_readable(path, &metadata, max_bytes)?;
-    let file = File::open(path).map_err(|err| io_error("read", path, &err))?;
-    // The path may have been swapped between the check and the open.
-    let opened = file.metadata().map_err(|err| io_error("read", path, &err))?;
-    check_readable(path, &opened, max_bytes)?;
-
-    let mut bytes = Vec::with_capacity(usize::try_from(opened.len()).unwrap_or(0));
-    file.take(max_bytes.saturating_add(1)).read_to_end(&mut bytes).map_err(|err| io_error("read", path, &err))?;
-    if bytes.len() as u64 > max_bytes {
-        return Err(HostError::Other(format!(
-            "{shown} is too large to read (over {}); the limit is {}.",
-            size_text(bytes.len() as u64),
-            size_text(max_bytes)
-        )));
-    }
+pub fn read_text_blocking(target: &Target, max_bytes: u64) -> Result<String, HostError> {
+    let path = &target.named;
+    let bytes = target.read_all(max_bytes).map_err(|err| guard_error(Action::Read, path, err))?;
     let sniff = &bytes[..bytes.len().min(BINARY_SNIFF_BYTES)];
     if sniff.contains(&0) {
         return Err(binary(path, bytes.len() as u64));
@@ -108,169 +89,63 @@ pub fn read_text_blocking(path: &Path, max_bytes: u64) -> Result<String, HostErr
     String::from_utf8(bytes).map_err(|err| binary(path, err.as_bytes().len() as u64))
 }
 
-fn check_readable(path: &Path, metadata: &Metadata, max_bytes: u64) -> Result<(), HostError> {
-    let shown = path.display();
-    if metadata.is_dir() {
-        return Err(HostError::Other(format!("{shown} is a directory, not a file.")));
-    }
-    if !metadata.is_file() {
-        return Err(HostError::Other(format!(
-            "{shown} is {}, not a regular file; only regular files can be read.",
-            special_kind(metadata)
-        )));
-    }
-    if metadata.len() > max_bytes {
-        return Err(HostError::Other(format!(
-            "{shown} is too large to read ({}); the limit is {}.",
-            size_text(metadata.len()),
-            size_text(max_bytes)
-        )));
-    }
-    Ok(())
-}
-
 fn binary(path: &Path, size: u64) -> HostError {
     HostError::Other(format!("{} is a binary file ({}); only text files can be read.", path.display(), size_text(size)))
 }
 
-/// What a file that is neither a regular file nor a directory is, for messages:
-/// "a named pipe (FIFO)", "a socket", "a device".
-#[cfg(unix)]
-pub fn special_kind(metadata: &Metadata) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    let kind = metadata.file_type();
-    if kind.is_fifo() {
-        "a named pipe (FIFO)"
-    } else if kind.is_socket() {
-        "a socket"
-    } else if kind.is_char_device() || kind.is_block_device() {
-        "a device"
-    } else {
-        "a special file"
-    }
-}
-
-/// What a file that is neither a regular file nor a directory is, for messages.
-#[cfg(not(unix))]
-pub fn special_kind(_metadata: &Metadata) -> &'static str {
-    "a special file"
-}
-
-/// Writes `content` to `path` atomically, synchronously: parent directories
-/// are created, the text goes to a temporary file beside the target, is
-/// flushed to disk and renamed over it. An existing file keeps its
+/// Writes `content` to the judged target atomically, synchronously: parent
+/// directories are created, the text goes to a temporary file beside the
+/// target, is flushed to disk and renamed over it. An existing file keeps its
 /// permissions; a symlink keeps pointing at its (rewritten) target.
-pub fn write_text_blocking(path: &Path, content: &str) -> Result<(), HostError> {
-    let target = follow_symlink(path);
-    let existing = match std::fs::metadata(&target) {
-        Ok(metadata) if metadata.is_dir() => {
-            return Err(HostError::Other(format!("{} is a directory; give the path of a file.", path.display())));
-        }
-        Ok(metadata) if !metadata.is_file() => {
-            return Err(HostError::Other(format!(
-                "{} is {}, not a regular file; refusing to replace it.",
-                path.display(),
-                special_kind(&metadata)
-            )));
-        }
-        Ok(metadata) => Some(metadata),
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
-        Err(err) => return Err(io_error("write", path, &err)),
+pub fn write_text_blocking(target: &Target, content: &str) -> Result<(), HostError> {
+    target.write_atomic(content.as_bytes()).map_err(|err| guard_error(Action::Write, &target.named, err))
+}
+
+/// What was being done, for messages.
+#[derive(Clone, Copy)]
+pub enum Action {
+    /// Reading a file.
+    Read,
+    /// Writing a file.
+    Write,
+}
+
+/// A refusal of the path authority, phrased for the model.
+pub fn guard_error(action: Action, path: &Path, err: GuardError) -> HostError {
+    let shown = path.display();
+    let verb = match action {
+        Action::Read => "read",
+        Action::Write => "write",
     };
-    let dir = match target.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => return Err(HostError::Other(format!("Cannot write {}: it has no parent directory.", path.display()))),
-    };
-    std::fs::create_dir_all(dir).map_err(|err| io_error("create the directory for", path, &err))?;
-
-    let name = target.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
-    // Hidden and suffixed, so file watchers and globs overlook it; the name is
-    // shortened so the temporary name stays within the file system's limit.
-    let prefix = format!(".{}.", name.chars().take(64).collect::<String>());
-    let mut builder = tempfile::Builder::new();
-    builder.prefix(&prefix).rand_bytes(TEMP_RANDOM_CHARS).suffix(TEMP_SUFFIX);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        // A new file gets the usual 0666 minus umask rather than tempfile's 0600.
-        builder.permissions(std::fs::Permissions::from_mode(0o666));
-    }
-    let mut temp = builder.tempfile_in(dir).map_err(|err| io_error("write", path, &err))?;
-    temp.write_all(content.as_bytes()).map_err(|err| io_error("write", path, &err))?;
-    if let Some(metadata) = &existing {
-        temp.as_file().set_permissions(metadata.permissions()).map_err(|err| io_error("write", path, &err))?;
-    }
-    temp.as_file().sync_all().map_err(|err| io_error("write", path, &err))?;
-    // On failure the temporary file is removed when the error is dropped.
-    temp.persist(&target).map_err(|err| io_error("write", path, &err.error))?;
-    sync_dir(dir);
-    remove_stale_temps(dir, &prefix);
-    Ok(())
-}
-
-/// Removes the temporary files earlier writes to the same file left behind
-/// when lathe was killed before renaming them. Best effort.
-fn remove_stale_temps(dir: &Path, prefix: &str) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    let now = SystemTime::now();
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        // Exactly this file's shape, so another file's name that merely starts alike is left alone.
-        let ours = name.to_str().is_some_and(|name| {
-            name.len() == prefix.len() + TEMP_RANDOM_CHARS + TEMP_SUFFIX.len()
-                && name.starts_with(prefix)
-                && name.ends_with(TEMP_SUFFIX)
-        });
-        if !ours {
-            continue;
+    match (err, action) {
+        (GuardError::NotFound, _) => HostError::NotFound(shown.to_string()),
+        (GuardError::IsDirectory, Action::Read) => HostError::Other(format!("{shown} is a directory, not a file.")),
+        (GuardError::IsDirectory, Action::Write) => {
+            HostError::Other(format!("{shown} is a directory; give the path of a file."))
         }
-        // Not following links: only a regular file this code could have made.
-        let stale = entry
-            .metadata()
-            .ok()
-            .filter(Metadata::is_file)
-            .and_then(|metadata| metadata.modified().ok())
-            .and_then(|modified| now.duration_since(modified).ok())
-            .is_some_and(|age| age >= STALE_TEMP_AGE);
-        if stale && let Err(err) = std::fs::remove_file(entry.path()) {
-            tracing::debug!(path = %entry.path().display(), %err, "could not remove a stale temporary file");
+        (GuardError::Special(kind), Action::Read) => {
+            HostError::Other(format!("{shown} is {kind}, not a regular file; only regular files can be read."))
         }
-    }
-}
-
-/// Where a write to `path` should land: the target of a symlink, so the link
-/// survives; the path itself otherwise.
-fn follow_symlink(path: &Path) -> PathBuf {
-    match std::fs::symlink_metadata(path) {
-        Ok(metadata) if metadata.file_type().is_symlink() => match std::fs::canonicalize(path) {
-            Ok(real) => real,
-            // A dangling link: create the file it points at.
-            Err(_) => match (std::fs::read_link(path), path.parent()) {
-                (Ok(link), Some(parent)) => super::paths::normalize(&parent.join(link)),
-                _ => path.to_path_buf(),
-            },
-        },
-        _ => path.to_path_buf(),
-    }
-}
-
-/// Makes the rename itself durable. Best effort: some file systems refuse it.
-fn sync_dir(dir: &Path) {
-    #[cfg(unix)]
-    if let Err(err) = File::open(dir).and_then(|dir| dir.sync_all()) {
-        tracing::debug!(dir = %dir.display(), %err, "could not sync directory after a write");
-    }
-    #[cfg(not(unix))]
-    let _ = dir;
-}
-
-fn io_error(action: &str, path: &Path, err: &std::io::Error) -> HostError {
-    match err.kind() {
-        std::io::ErrorKind::NotFound => HostError::NotFound(path.display().to_string()),
-        std::io::ErrorKind::PermissionDenied => {
-            HostError::Other(format!("Cannot {action} {}: permission denied.", path.display()))
+        (GuardError::Special(kind), Action::Write) => {
+            HostError::Other(format!("{shown} is {kind}, not a regular file; refusing to replace it."))
         }
-        _ => HostError::Other(format!("Cannot {action} {}: {err}.", path.display())),
+        (GuardError::TooLarge { size, limit }, _) => HostError::Other(format!(
+            "{shown} is too large to read ({}); the limit is {}.",
+            size_text(size),
+            size_text(limit)
+        )),
+        (GuardError::Unresolvable(why), _) => HostError::Other(format!("Cannot {verb} {shown}: {why}.")),
+        (GuardError::Changed, _) => HostError::Other(format!(
+            "Cannot {verb} {shown}: it changed between the permission check and the {verb} (a link or directory \
+             was swapped in), so nothing was done. Look at the path again before retrying."
+        )),
+        (GuardError::Io(err), _) if err.kind() == std::io::ErrorKind::NotFound => {
+            HostError::NotFound(shown.to_string())
+        }
+        (GuardError::Io(err), _) if err.kind() == std::io::ErrorKind::PermissionDenied => {
+            HostError::Other(format!("Cannot {verb} {shown}: permission denied."))
+        }
+        (GuardError::Io(err), _) => HostError::Other(format!("Cannot {verb} {shown}: {err}.")),
     }
 }
 
@@ -287,10 +162,17 @@ pub fn size_text(bytes: u64) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::fs::File;
+    use std::time::{Duration, SystemTime};
+
     use super::*;
 
     fn read(path: &Path) -> Result<String, HostError> {
-        read_text_blocking(path, MAX_FILE_BYTES)
+        read_text_blocking(&Target::of(path), MAX_FILE_BYTES)
+    }
+
+    fn write(path: &Path, content: &str) -> Result<(), HostError> {
+        write_text_blocking(&Target::of(path), content)
     }
 
     #[test]
@@ -317,7 +199,7 @@ mod tests {
 
         let big = dir.path().join("big.txt");
         std::fs::write(&big, "x".repeat(100)).unwrap();
-        let err = read_text_blocking(&big, 10).unwrap_err().to_string();
+        let err = read_text_blocking(&Target::of(&big), 10).unwrap_err().to_string();
         assert!(err.contains("too large"), "{err}");
     }
 
@@ -328,14 +210,16 @@ mod tests {
         let fifo = dir.path().join("pipe");
         let status = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
         assert!(status.success());
-        let read = tokio::time::timeout(std::time::Duration::from_secs(5), LocalHost.read_text_file(&fifo))
-            .await
-            .expect("reading a FIFO must not block");
+        let read =
+            tokio::time::timeout(std::time::Duration::from_secs(5), LocalHost.read_text_file(&Target::of(&fifo)))
+                .await
+                .expect("reading a FIFO must not block");
         let err = read.unwrap_err().to_string();
         assert!(err.contains("named pipe"), "{err}");
-        let write = tokio::time::timeout(std::time::Duration::from_secs(5), LocalHost.write_text_file(&fifo, "x"))
-            .await
-            .expect("writing a FIFO must not block");
+        let write =
+            tokio::time::timeout(std::time::Duration::from_secs(5), LocalHost.write_text_file(&Target::of(&fifo), "x"))
+                .await
+                .expect("writing a FIFO must not block");
         assert!(write.unwrap_err().to_string().contains("not a regular file"));
     }
 
@@ -343,14 +227,14 @@ mod tests {
     async fn writes_create_parents_and_leave_no_temporary_files() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a/b/c.txt");
-        LocalHost.write_text_file(&path, "one\n").await.unwrap();
-        LocalHost.write_text_file(&path, "two\n").await.unwrap();
+        LocalHost.write_text_file(&Target::of(&path), "one\n").await.unwrap();
+        LocalHost.write_text_file(&Target::of(&path), "two\n").await.unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "two\n");
         let names: Vec<_> =
             std::fs::read_dir(dir.path().join("a/b")).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names, vec![std::ffi::OsString::from("c.txt")]);
 
-        let err = LocalHost.write_text_file(dir.path(), "x").await.unwrap_err().to_string();
+        let err = LocalHost.write_text_file(&Target::of(dir.path()), "x").await.unwrap_err().to_string();
         assert!(err.contains("is a directory"), "{err}");
     }
 
@@ -362,12 +246,12 @@ mod tests {
         let path = dir.path().join("secret.txt");
         std::fs::write(&path, "old").unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
-        LocalHost.write_text_file(&path, "new").await.unwrap();
+        LocalHost.write_text_file(&Target::of(&path), "new").await.unwrap();
         assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777, 0o640);
 
         let link = dir.path().join("link.txt");
         std::os::unix::fs::symlink(&path, &link).unwrap();
-        LocalHost.write_text_file(&link, "via link").await.unwrap();
+        LocalHost.write_text_file(&Target::of(&link), "via link").await.unwrap();
         assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "via link");
 
@@ -375,7 +259,7 @@ mod tests {
         let reference = dir.path().join("reference.txt");
         std::fs::write(&reference, "x").unwrap();
         let fresh = dir.path().join("fresh.txt");
-        LocalHost.write_text_file(&fresh, "x").await.unwrap();
+        LocalHost.write_text_file(&Target::of(&fresh), "x").await.unwrap();
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&fresh), mode(&reference));
     }
@@ -385,13 +269,14 @@ mod tests {
     async fn devices_are_refused_without_reading() {
         for device in ["/dev/zero", "/dev/urandom", "/dev/null"] {
             let path = Path::new(device);
-            let read = tokio::time::timeout(std::time::Duration::from_secs(5), LocalHost.read_text_file(path))
-                .await
-                .expect("reading a device must not block");
+            let read =
+                tokio::time::timeout(std::time::Duration::from_secs(5), LocalHost.read_text_file(&Target::of(path)))
+                    .await
+                    .expect("reading a device must not block");
             let err = read.unwrap_err().to_string();
             assert!(err.contains("is a device, not a regular file"), "{device}: {err}");
         }
-        let err = LocalHost.write_text_file(Path::new("/dev/null"), "x").await.unwrap_err().to_string();
+        let err = LocalHost.write_text_file(&Target::of(Path::new("/dev/null")), "x").await.unwrap_err().to_string();
         assert!(err.contains("a device, not a regular file; refusing"), "{err}");
     }
 
@@ -410,7 +295,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a\0b");
         assert!(read(&path).is_err());
-        assert!(write_text_blocking(&path, "x").is_err());
+        assert!(write(&path, "x").is_err());
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "nothing was created");
     }
 
@@ -422,7 +307,7 @@ mod tests {
         std::os::unix::fs::symlink(&b, &a).unwrap();
         std::os::unix::fs::symlink(&a, &b).unwrap();
         assert!(read(&a).is_err());
-        let err = write_text_blocking(&a, "x").unwrap_err().to_string();
+        let err = write(&a, "x").unwrap_err().to_string();
         assert!(err.contains("Cannot write"), "{err}");
     }
 
@@ -438,7 +323,7 @@ mod tests {
         std::fs::write(&original, "old\n").unwrap();
         let link = project.path().join("bashrc");
         std::fs::hard_link(&original, &link).unwrap();
-        write_text_blocking(&link, "new\n").unwrap();
+        write(&link, "new\n").unwrap();
         assert_eq!(std::fs::read_to_string(&link).unwrap(), "new\n");
         assert_eq!(std::fs::read_to_string(&original).unwrap(), "old\n", "the file outside is untouched");
     }
@@ -458,7 +343,7 @@ mod tests {
         let in_use = backdate(".c.txt.Zz99Yy.lathe-tmp", Duration::ZERO);
         let other_file = backdate(".c.txt.old.Ab12Cd.lathe-tmp", hour);
         let not_ours = backdate(".c.txt.Ab12Cd.tmp", hour);
-        write_text_blocking(&target, "x").unwrap();
+        write(&target, "x").unwrap();
         assert!(!stale.exists(), "a stale temporary file of this target is removed");
         assert!(in_use.exists(), "a recent one may belong to a write in progress");
         assert!(other_file.exists() && not_ours.exists(), "other files are left alone");

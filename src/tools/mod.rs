@@ -37,6 +37,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::fs_guard::Target;
 use crate::model::ToolDefinition;
 
 /// Every built-in tool.
@@ -179,10 +180,10 @@ pub struct Location {
 pub enum Access {
     /// Touches nothing on the machine.
     Nothing,
-    /// Reads these paths (absolute, normalised).
-    Read(Vec<PathBuf>),
-    /// Creates or changes these paths (absolute, normalised).
-    Write(Vec<PathBuf>),
+    /// Reads these targets, judged on where they really lead (see [`crate::fs_guard`]).
+    Read(Vec<Target>),
+    /// Creates or changes these targets, judged on where they really lead.
+    Write(Vec<Target>),
     /// Runs this shell command in this directory.
     Execute {
         /// The command line.
@@ -475,16 +476,21 @@ pub enum HostError {
 }
 
 /// File and terminal access: the local machine, or the editor when it
-/// offers `fs/*` and `terminal/*`.
+/// offers `fs/*` and `terminal/*`. Files are named by the [`Target`] the
+/// permission policy judged, and touched there (see [`crate::fs_guard`]).
 pub trait Host: Send + Sync {
     /// Reads a whole text file (the editor's unsaved buffer when the editor
     /// serves reads).
-    fn read_text_file<'a>(&'a self, path: &'a Path) -> BoxFuture<'a, Result<String, HostError>>;
+    fn read_text_file<'a>(&'a self, target: &'a Target) -> BoxFuture<'a, Result<String, HostError>>;
     /// Writes a whole text file, creating it and its parent directories.
     /// Local writes are atomic (temporary file, then rename), keeping permissions.
-    fn write_text_file<'a>(&'a self, path: &'a Path, content: &'a str) -> BoxFuture<'a, Result<(), HostError>>;
+    fn write_text_file<'a>(&'a self, target: &'a Target, content: &'a str) -> BoxFuture<'a, Result<(), HostError>>;
     /// Whether reads go to the editor rather than the disk.
     fn reads_via_client(&self) -> bool;
+    /// Whether writes change the file in place (the editor writes it) rather
+    /// than replacing it by rename; such a write to a file with other hard
+    /// links changes all of them, so it is judged outside the roots.
+    fn writes_in_place(&self) -> bool;
     /// The editor's terminals, when it offers them.
     fn terminals(&self) -> Option<&dyn Terminals>;
 }
@@ -575,9 +581,16 @@ pub trait ExternalTools: Send + Sync + std::fmt::Debug {
     fn run<'a>(&'a self, call: ExternalCall, ctx: &'a ToolContext<'a>) -> BoxFuture<'a, ToolOutcome>;
 }
 
-/// Parses a call's arguments and describes it. An unknown tool or bad
-/// arguments give a message for the model.
+/// Parses a call's arguments and describes it, for a host that writes by
+/// rename (the local disk). An unknown tool or bad arguments give a message
+/// for the model.
 pub fn prepare(name: &str, arguments: &str, cwd: &Path) -> Result<PreparedCall, String> {
+    prepare_in(name, arguments, cwd, false)
+}
+
+/// [`prepare`], for a host whose writes are `in_place` or not (see
+/// [`Host::writes_in_place`]): what a write touches is judged accordingly.
+pub fn prepare_in(name: &str, arguments: &str, cwd: &Path, in_place: bool) -> Result<PreparedCall, String> {
     let tool = Tool::from_name(name).ok_or_else(|| {
         let known: Vec<&str> = Tool::ALL.iter().map(|t| t.name()).collect();
         format!("There is no tool named \"{name}\". Available tools: {}.", known.join(", "))
@@ -595,11 +608,11 @@ pub fn prepare(name: &str, arguments: &str, cwd: &Path) -> Result<PreparedCall, 
             (Args::ReadFile(a), d)
         })?,
         Tool::WriteFile => parse(name, value).map(|a: fs::WriteFileArgs| {
-            let d = fs::describe_write_file(&a, cwd);
+            let d = fs::describe_write_file(&a, cwd, in_place);
             (Args::WriteFile(a), d)
         })?,
         Tool::EditFile => parse(name, value).map(|a: fs::EditFileArgs| {
-            let d = fs::describe_edit_file(&a, cwd);
+            let d = fs::describe_edit_file(&a, cwd, in_place);
             (Args::EditFile(a), d)
         })?,
         Tool::ListDirectory => parse(name, value).map(|a: search::ListDirectoryArgs| {
@@ -646,15 +659,30 @@ pub async fn run(call: PreparedCall, ctx: &ToolContext<'_>) -> ToolOutcome {
     if ctx.cancel.is_cancelled() {
         return ToolOutcome::cancelled();
     }
-    match call.args {
-        Args::ReadFile(args) => fs::read_file(args, ctx).await,
-        Args::WriteFile(args) => fs::write_file(args, ctx).await,
-        Args::EditFile(args) => fs::edit_file(args, ctx).await,
-        Args::ListDirectory(args) => search::list_directory(args, ctx).await,
-        Args::Glob(args) => search::glob(args, ctx).await,
-        Args::Grep(args) => search::grep(args, ctx).await,
-        Args::Shell(args) => shell::shell(args, ctx).await,
-        Args::UpdatePlan(args) => {
+    // File and search tools work on the target that was judged, never on the
+    // name again: the description holds exactly one.
+    let judged = match &call.description.access {
+        Access::Read(targets) | Access::Write(targets) => targets.first(),
+        Access::Nothing | Access::Execute { .. } | Access::External { .. } => None,
+    };
+    match (call.args, judged) {
+        (Args::ReadFile(args), Some(target)) => fs::read_file(args, target, ctx).await,
+        (Args::WriteFile(args), Some(target)) => fs::write_file(args, target, ctx).await,
+        (Args::EditFile(args), Some(target)) => fs::edit_file(args, target, ctx).await,
+        (Args::ListDirectory(args), Some(target)) => search::list_directory(args, target, ctx).await,
+        (Args::Glob(args), Some(target)) => search::glob(args, target, ctx).await,
+        (Args::Grep(args), Some(target)) => search::grep(args, target, ctx).await,
+        (
+            Args::ReadFile(_)
+            | Args::WriteFile(_)
+            | Args::EditFile(_)
+            | Args::ListDirectory(_)
+            | Args::Glob(_)
+            | Args::Grep(_),
+            None,
+        ) => ToolOutcome::failed("This call's path was not judged; nothing was done."),
+        (Args::Shell(args), _) => shell::shell(args, ctx).await,
+        (Args::UpdatePlan(args), _) => {
             let summary = args
                 .plan
                 .iter()

@@ -1,21 +1,17 @@
-//! Paths the model names: resolved against the session cwd, normalised, shown
-//! relative to the cwd, and judged inside or outside the session roots.
+//! Paths the model names, as text: resolved against the session cwd and
+//! normalised lexically, and shown relative to the cwd.
 //!
-//! "Inside" is decided on the real location: symlinks are followed (for the
-//! deepest part of the path that exists), so a link inside the project that
-//! points elsewhere counts as outside. `..` is resolved lexically first.
-//!
-//! A hard link has no "real" location to follow: every name of a file is
-//! equally its own, so one inside a root counts as inside. Reading it reads
-//! the shared content, which someone already placed in the project; writing
-//! it replaces that name by rename (see [`super::local`]), so the names
-//! elsewhere keep the old content and nothing outside the roots changes.
+//! Where a path really leads, and whether that is inside the session roots,
+//! is [`crate::fs_guard`]'s to judge: [`real_location`] and
+//! [`is_inside_roots`] ask it.
 
 use std::path::{Component, Path, PathBuf};
 
+use crate::fs_guard::Target;
+
 /// The absolute, normalised path the model meant: absolute paths as given,
 /// relative ones against `cwd`, `~/` against the home directory; `.` and `..`
-/// resolved lexically.
+/// resolved lexically (for showing; [`Target::resolve`] applies `..` after links).
 pub fn resolve(cwd: &Path, path: &str) -> PathBuf {
     let expanded = match path.strip_prefix("~/") {
         Some(rest) => std::env::var_os("HOME").map(|home| PathBuf::from(home).join(rest)),
@@ -56,34 +52,15 @@ pub fn display(path: &Path, cwd: &Path) -> String {
     }
 }
 
-/// The real location of `path`: the deepest existing ancestor canonicalised
-/// (symlinks followed), with the rest appended.
+/// Where `path` (absolute) really leads: every symlink followed, dangling
+/// ones through their target's nearest existing ancestor.
 pub fn real_location(path: &Path) -> PathBuf {
-    let mut existing = path.to_path_buf();
-    let mut rest = Vec::new();
-    loop {
-        if let Ok(real) = existing.canonicalize() {
-            let mut real = real;
-            for part in rest.iter().rev() {
-                real.push(part);
-            }
-            return normalize(&real);
-        }
-        match (existing.file_name().map(ToOwned::to_owned), existing.parent().map(Path::to_path_buf)) {
-            (Some(name), Some(parent)) => {
-                rest.push(name);
-                existing = parent;
-            }
-            _ => return normalize(path),
-        }
-    }
+    Target::of(path).real
 }
 
-/// Whether `path` (absolute, normalised) lies inside one of `roots`, judged on
-/// real locations.
+/// Whether `path` (absolute) really leads inside one of `roots`.
 pub fn is_inside_roots(path: &Path, roots: &[PathBuf]) -> bool {
-    let real = real_location(path);
-    roots.iter().any(|root| real.starts_with(real_location(root)))
+    Target::of(path).is_inside(roots)
 }
 
 #[cfg(test)]
@@ -113,10 +90,9 @@ mod tests {
         assert!(is_inside_roots(&root_path.join("not/yet/created.rs"), &roots));
         assert!(!is_inside_roots(outside.path(), &roots));
         assert!(!is_inside_roots(&resolve(&root_path, "../elsewhere"), &roots));
-        #[cfg(unix)]
-        {
-            std::os::unix::fs::symlink(outside.path(), root_path.join("link")).unwrap();
-            assert!(!is_inside_roots(&root_path.join("link/secret.txt"), &roots), "a symlink leading out is outside");
-        }
+        std::os::unix::fs::symlink(outside.path(), root_path.join("link")).unwrap();
+        assert!(!is_inside_roots(&root_path.join("link/secret.txt"), &roots), "a symlink leading out is outside");
+        std::os::unix::fs::symlink(outside.path().join("new/x"), root_path.join("dangling")).unwrap();
+        assert!(!is_inside_roots(&root_path.join("dangling"), &roots), "so does a dangling one");
     }
 }

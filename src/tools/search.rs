@@ -34,6 +34,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::paths;
 use super::{Access, Description, DisplayContent, Location, ToolContext, ToolOutcome};
+use crate::fs_guard::{Found, Target};
 
 /// Deepest `depth` `list_directory` accepts; deeper trees are `glob`'s job.
 const MAX_LIST_DEPTH: usize = 5;
@@ -207,58 +208,64 @@ pub fn grep_schema() -> Value {
     })
 }
 
-fn base_path(path: Option<&str>, cwd: &Path) -> PathBuf {
-    paths::resolve(cwd, path.filter(|p| !p.trim().is_empty()).unwrap_or("."))
+/// The judged base of a search: the named path, or the cwd.
+fn base_target(path: Option<&str>, cwd: &Path) -> Target {
+    Target::resolve(cwd, path.filter(|p| !p.trim().is_empty()).unwrap_or("."))
 }
 
-/// A directory as the title shows it: `src/`, `./`.
-fn dir_title(path: &Path, cwd: &Path) -> String {
-    let shown = paths::display(path, cwd);
-    if shown.ends_with('/') { shown } else { format!("{shown}/") }
+/// A directory as the title shows it: `src/`, `./`, `docs/ → /elsewhere/`.
+fn dir_title(target: &Target, cwd: &Path) -> String {
+    let slash = |shown: String| if shown.ends_with('/') { shown } else { format!("{shown}/") };
+    if target.leads_elsewhere(cwd) {
+        let named = paths::display(&target.named, cwd);
+        format!("{} → {}", slash(named), slash(target.real.display().to_string()))
+    } else {
+        slash(paths::display(&target.named, cwd))
+    }
 }
 
-fn describe(title: String, path: PathBuf) -> Description {
+fn describe(title: String, target: Target) -> Description {
     Description {
         title,
-        locations: vec![Location { path: path.clone(), line: None }],
-        access: Access::Read(vec![path]),
+        locations: vec![Location { path: target.real.clone(), line: None }],
+        access: Access::Read(vec![target]),
         preview: Vec::new(),
     }
 }
 
 /// Describes a `list_directory` call.
 pub fn describe_list_directory(args: &ListDirectoryArgs, cwd: &Path) -> Description {
-    let path = base_path(args.path.as_deref(), cwd);
-    describe(format!("List {}", dir_title(&path, cwd)), path)
+    let target = base_target(args.path.as_deref(), cwd);
+    describe(format!("List {}", dir_title(&target, cwd)), target)
 }
 
 /// Describes a `glob` call.
 pub fn describe_glob(args: &GlobArgs, cwd: &Path) -> Description {
-    let path = base_path(args.path.as_deref(), cwd);
+    let target = base_target(args.path.as_deref(), cwd);
     let mut title = format!("Find `{}`", args.pattern);
     if args.path.is_some() {
-        let _ = write!(title, " in {}", dir_title(&path, cwd));
+        let _ = write!(title, " in {}", dir_title(&target, cwd));
     }
-    describe(title, path)
+    describe(title, target)
 }
 
 /// Describes a `grep` call.
 pub fn describe_grep(args: &GrepArgs, cwd: &Path) -> Description {
-    let path = base_path(args.path.as_deref(), cwd);
+    let target = base_target(args.path.as_deref(), cwd);
     let mut title = format!("Search for `{}`", args.pattern);
     if args.path.is_some() {
-        let _ = write!(title, " in {}", paths::display(&path, cwd));
+        let _ = write!(title, " in {}", target.shown(cwd));
     }
     if let Some(glob) = &args.glob {
         let _ = write!(title, " (`{glob}`)");
     }
-    describe(title, path)
+    describe(title, target)
 }
 
-/// Runs `list_directory`.
-pub async fn list_directory(args: ListDirectoryArgs, ctx: &ToolContext<'_>) -> ToolOutcome {
+/// Runs `list_directory` on the judged directory.
+pub async fn list_directory(args: ListDirectoryArgs, target: &Target, ctx: &ToolContext<'_>) -> ToolOutcome {
     let job = ListJob {
-        dir: base_path(args.path.as_deref(), ctx.cwd),
+        dir: target.clone(),
         cwd: ctx.cwd.to_path_buf(),
         depth: args.depth.unwrap_or(1).clamp(1, MAX_LIST_DEPTH),
         all: args.all,
@@ -268,14 +275,14 @@ pub async fn list_directory(args: ListDirectoryArgs, ctx: &ToolContext<'_>) -> T
     run_blocking(ctx.cancel, move || job.run()).await
 }
 
-/// Runs `glob`.
-pub async fn glob(args: GlobArgs, ctx: &ToolContext<'_>) -> ToolOutcome {
+/// Runs `glob` under the judged directory.
+pub async fn glob(args: GlobArgs, target: &Target, ctx: &ToolContext<'_>) -> ToolOutcome {
     let filter = match PathFilter::new(&args.pattern) {
         Ok(filter) => filter,
         Err(message) => return ToolOutcome::failed(message),
     };
     let job = GlobJob {
-        base: base_path(args.path.as_deref(), ctx.cwd),
+        base: target.clone(),
         cwd: ctx.cwd.to_path_buf(),
         pattern: args.pattern,
         filter,
@@ -285,8 +292,8 @@ pub async fn glob(args: GlobArgs, ctx: &ToolContext<'_>) -> ToolOutcome {
     run_blocking(ctx.cancel, move || job.run()).await
 }
 
-/// Runs `grep`.
-pub async fn grep(args: GrepArgs, ctx: &ToolContext<'_>) -> ToolOutcome {
+/// Runs `grep` in the judged file or directory.
+pub async fn grep(args: GrepArgs, target: &Target, ctx: &ToolContext<'_>) -> ToolOutcome {
     if args.pattern.is_empty() {
         return ToolOutcome::failed("The pattern is empty; give a regex to search for.");
     }
@@ -311,7 +318,7 @@ pub async fn grep(args: GrepArgs, ctx: &ToolContext<'_>) -> ToolOutcome {
         Err(message) => return ToolOutcome::failed(message),
     };
     let job = GrepJob {
-        base: base_path(args.path.as_deref(), ctx.cwd),
+        base: target.clone(),
         cwd: ctx.cwd.to_path_buf(),
         pattern: args.pattern,
         matcher,
@@ -351,20 +358,46 @@ fn listing(text: String, locations: Option<Vec<Location>>, raw: Value) -> ToolOu
     outcome
 }
 
-/// Why a search root cannot be walked, said for the model; `None` when it can.
-fn check_root(path: &Path, cwd: &Path, want_dir: bool) -> Option<String> {
-    let shown = paths::display(path, cwd);
-    match std::fs::metadata(path) {
-        Err(err) if err.kind() == io::ErrorKind::NotFound => Some(if want_dir {
-            format!("No such directory: {shown}")
-        } else {
-            format!("No such file or directory: {shown}")
-        }),
-        Err(err) => Some(format!("Cannot read {shown}: {err}")),
-        Ok(meta) if want_dir && !meta.is_dir() => {
+/// Why a judged search base cannot be searched, said for the model; `None`
+/// when it can. A FIFO, socket or device is refused here, before anything
+/// opens it.
+fn check_base(base: &Target, cwd: &Path, want_dir: bool) -> Option<String> {
+    let shown = base.shown(cwd);
+    match &base.found {
+        Found::Directory => None,
+        Found::File { .. } if !want_dir => None,
+        Found::Missing if want_dir => Some(format!("No such directory: {shown}")),
+        Found::Missing => Some(format!("No such file or directory: {shown}")),
+        Found::Unresolvable(why) => Some(format!("Cannot read {shown}: {why}.")),
+        Found::File { .. } => {
             Some(format!("{shown} is a file, not a directory. Use read_file to read it, or pass its directory."))
         }
-        Ok(_) => None,
+        Found::Special(kind) if want_dir => Some(format!("{shown} is {kind}, not a directory.")),
+        Found::Special(kind) => {
+            Some(format!("{shown} is {kind}, not a regular file; grep searches only regular files and directories."))
+        }
+    }
+}
+
+/// Opens a file the walk found for searching: no link followed anywhere on
+/// the way, never blocking, a regular file only.
+fn open_searchable(path: &Path) -> io::Result<std::fs::File> {
+    use rustix::fs::OFlags;
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    let file = std::fs::File::from(crate::fs_guard::open_nofollow(path, flags).map_err(io::Error::other)?);
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::other("not a regular file"));
+    }
+    Ok(file)
+}
+
+/// A path found under the judged `base` as the user reads it: under the name
+/// the model gave, relative to the cwd.
+fn shown_under(path: &Path, base: &Target, cwd: &Path) -> String {
+    match path.strip_prefix(&base.real) {
+        Ok(relative) if relative.as_os_str().is_empty() => paths::display(&base.named, cwd),
+        Ok(relative) => paths::display(&base.named.join(relative), cwd),
+        Err(_) => paths::display(path, cwd),
     }
 }
 
@@ -531,7 +564,7 @@ impl PathFilter {
 
 /// A `list_directory` call, ready to run off the async threads.
 struct ListJob {
-    dir: PathBuf,
+    dir: Target,
     cwd: PathBuf,
     depth: usize,
     all: bool,
@@ -541,10 +574,10 @@ struct ListJob {
 
 impl ListJob {
     fn run(self) -> ToolOutcome {
-        if let Some(message) = check_root(&self.dir, &self.cwd, true) {
+        if let Some(message) = check_base(&self.dir, &self.cwd, true) {
             return ToolOutcome::failed(message);
         }
-        let mut builder = WalkBuilder::new(&self.dir);
+        let mut builder = WalkBuilder::new(&self.dir.real);
         builder.max_depth(Some(self.depth));
         if self.all {
             builder.standard_filters(false);
@@ -570,7 +603,7 @@ impl ListJob {
                 Some(kind) => kind.is_dir(),
                 None => false,
             };
-            let relative = entry.path().strip_prefix(&self.dir).unwrap_or(entry.path()).to_path_buf();
+            let relative = entry.path().strip_prefix(&self.dir.real).unwrap_or(entry.path()).to_path_buf();
             entries.push((relative, is_dir));
         }
         entries.sort_unstable_by(|a, b| path_order(&a.0, &b.0));
@@ -605,7 +638,7 @@ impl ListJob {
 
 /// A `glob` call, ready to run off the async threads.
 struct GlobJob {
-    base: PathBuf,
+    base: Target,
     cwd: PathBuf,
     pattern: String,
     filter: PathFilter,
@@ -622,7 +655,7 @@ struct GlobWorker {
 
 impl GlobJob {
     fn run(self) -> ToolOutcome {
-        if let Some(message) = check_root(&self.base, &self.cwd, true) {
+        if let Some(message) = check_base(&self.base, &self.cwd, true) {
             return ToolOutcome::failed(message);
         }
         let show_hidden = self.filter.names_hidden;
@@ -634,7 +667,7 @@ impl GlobJob {
             match entry {
                 Ok(entry) => {
                     if entry.file_type().is_some_and(|kind| kind.is_file())
-                        && self.filter.is_match(entry.path(), &self.base)
+                        && self.filter.is_match(entry.path(), &self.base.real)
                     {
                         worker.found.push(entry.into_path());
                     }
@@ -643,7 +676,7 @@ impl GlobJob {
             }
             WalkState::Continue
         };
-        let workers = walk_parallel(walker(&self.base, show_hidden), GlobWorker::default, &visit);
+        let workers = walk_parallel(walker(&self.base.real, show_hidden), GlobWorker::default, &visit);
         if self.cancel.is_cancelled() || workers.iter().any(|w| w.cancelled) {
             return ToolOutcome::cancelled();
         }
@@ -659,7 +692,7 @@ impl GlobJob {
 
         let mut text = String::new();
         for path in found.iter().take(self.cap) {
-            let _ = writeln!(text, "{}", paths::display(path, &self.cwd));
+            let _ = writeln!(text, "{}", shown_under(path, &self.base, &self.cwd));
         }
         if total == 0 {
             let _ = write!(text, "No files match `{}` in {}", self.pattern, dir_title(&self.base, &self.cwd));
@@ -685,7 +718,7 @@ impl GlobJob {
 
 /// A `grep` call, ready to run off the async threads.
 struct GrepJob {
-    base: PathBuf,
+    base: Target,
     cwd: PathBuf,
     pattern: String,
     matcher: RegexMatcher,
@@ -847,7 +880,7 @@ fn line_text(bytes: &[u8], matcher: Option<&RegexMatcher>) -> String {
 
 impl GrepJob {
     fn run(self) -> ToolOutcome {
-        if let Some(message) = check_root(&self.base, &self.cwd, false) {
+        if let Some(message) = check_base(&self.base, &self.cwd, false) {
             return ToolOutcome::failed(message);
         }
         let show_hidden = self.filter.as_ref().is_some_and(|filter| filter.names_hidden);
@@ -882,7 +915,7 @@ impl GrepJob {
             }
             WalkState::Continue
         };
-        let workers = walk_parallel(walker(&self.base, show_hidden), make, &visit);
+        let workers = walk_parallel(walker(&self.base.real, show_hidden), make, &visit);
         if self.cancel.is_cancelled() || workers.iter().any(|w| w.cancelled) {
             return ToolOutcome::cancelled();
         }
@@ -895,7 +928,7 @@ impl GrepJob {
             entry.file_type().is_some_and(|kind| !kind.is_dir())
         } else {
             entry.file_type().is_some_and(|kind| kind.is_file())
-                && self.filter.as_ref().is_none_or(|filter| filter.is_match(entry.path(), &self.base))
+                && self.filter.as_ref().is_none_or(|filter| filter.is_match(entry.path(), &self.base.real))
         };
         if !wanted {
             return;
@@ -913,7 +946,12 @@ impl GrepJob {
             last_kept_match: None,
             binary: false,
         };
-        let searched = worker.searcher.search_path(&worker.matcher, entry.path(), &mut sink);
+        // Opened without following a link anywhere on the way and without
+        // blocking, and searched only if it is a regular file on the open
+        // descriptor: a name swapped for a link or a FIFO since the walk
+        // listed it is skipped, never followed or waited on.
+        let searched = open_searchable(entry.path())
+            .and_then(|file| worker.searcher.search_file(&worker.matcher, &file, &mut sink));
         let (matches, kept, first_line, binary) = (sink.matches, sink.kept, sink.first_line, sink.binary);
         if searched.is_err() {
             worker.unreadable += 1;
@@ -938,14 +976,14 @@ impl GrepJob {
 
     /// What to say when nothing matched.
     fn no_matches(&self, binary_files: u64) -> String {
-        let shown = paths::display(&self.base, &self.cwd);
+        let shown = self.base.shown(&self.cwd);
         let place = if shown == "." { "the working directory" } else { &shown };
         let mut text = format!("No matches for `{}` in {place}", self.pattern);
         if let Some(filter) = &self.filter {
             let _ = write!(text, " (files matching `{}`)", filter.pattern);
         }
         text.push('.');
-        if self.base.is_file() && binary_files > 0 {
+        if matches!(self.base.found, Found::File { .. }) && binary_files > 0 {
             text.push_str(" It is a binary file; grep skips binary files.");
         }
         text
@@ -962,7 +1000,7 @@ impl GrepJob {
         }
         let mut text = String::new();
         for (path, _) in files.iter().take(self.max_files) {
-            let _ = writeln!(text, "{}", paths::display(path, &self.cwd));
+            let _ = writeln!(text, "{}", shown_under(path, &self.base, &self.cwd));
         }
         if total > self.max_files {
             let _ = writeln!(
@@ -1020,7 +1058,7 @@ impl GrepJob {
             while end > 0 && !hits.lines[end - 1].is_match && hits.lines[end - 1].number > last_match + after {
                 end -= 1;
             }
-            let shown_path = paths::display(path, &self.cwd);
+            let shown_path = shown_under(path, &self.base, &self.cwd);
             let mut previous: Option<u64> = None;
             for line in &hits.lines[..end] {
                 let gap = previous.is_none_or(|p| line.number != p + 1);
@@ -1083,13 +1121,16 @@ mod tests {
     struct NoHost;
 
     impl Host for NoHost {
-        fn read_text_file<'a>(&'a self, _: &'a Path) -> BoxFuture<'a, Result<String, HostError>> {
+        fn read_text_file<'a>(&'a self, _: &'a Target) -> BoxFuture<'a, Result<String, HostError>> {
             Box::pin(async { Err(HostError::Other("not in these tests".to_owned())) })
         }
-        fn write_text_file<'a>(&'a self, _: &'a Path, _: &'a str) -> BoxFuture<'a, Result<(), HostError>> {
+        fn write_text_file<'a>(&'a self, _: &'a Target, _: &'a str) -> BoxFuture<'a, Result<(), HostError>> {
             Box::pin(async { Err(HostError::Other("not in these tests".to_owned())) })
         }
         fn reads_via_client(&self) -> bool {
+            false
+        }
+        fn writes_in_place(&self) -> bool {
             false
         }
         fn terminals(&self) -> Option<&dyn Terminals> {
@@ -1202,7 +1243,7 @@ mod tests {
         let cwd = Path::new("/p");
         let list = prepare("list_directory", r#"{"path":"src"}"#, cwd).unwrap().description;
         assert_eq!(list.title, "List src/");
-        assert_eq!(list.access, Access::Read(vec![PathBuf::from("/p/src")]));
+        assert_eq!(list.access, Access::Read(vec![Target::of(Path::new("/p/src"))]));
         assert_eq!(list.locations, vec![Location { path: PathBuf::from("/p/src"), line: None }]);
         assert_eq!(prepare("list_directory", "", cwd).unwrap().description.title, "List ./");
 
@@ -1213,7 +1254,7 @@ mod tests {
 
         let grep = prepare("grep", r#"{"pattern":"fn main"}"#, cwd).unwrap().description;
         assert_eq!(grep.title, "Search for `fn main`");
-        assert_eq!(grep.access, Access::Read(vec![PathBuf::from("/p")]));
+        assert_eq!(grep.access, Access::Read(vec![Target::of(Path::new("/p"))]));
         let grep = prepare("grep", r#"{"pattern":"x","path":"src","glob":"*.rs"}"#, cwd).unwrap().description;
         assert_eq!(grep.title, "Search for `x` in src (`*.rs`)");
         assert!(prepare("grep", r#"{"path":"src"}"#, cwd).unwrap_err().contains("pattern"));
@@ -1406,17 +1447,18 @@ mod tests {
             seen: &crate::tools::versions::FileVersions::default(),
         };
         let started = Instant::now();
+        let base = Target::of(f.root());
         let args: GrepArgs = serde_json::from_value(json!({"pattern": "fn"})).unwrap();
-        assert_eq!(grep(args, &ctx).await.status, OutcomeStatus::Cancelled);
+        assert_eq!(grep(args, &base, &ctx).await.status, OutcomeStatus::Cancelled);
         let args: GlobArgs = serde_json::from_value(json!({"pattern": "*"})).unwrap();
-        assert_eq!(glob(args, &ctx).await.status, OutcomeStatus::Cancelled);
+        assert_eq!(glob(args, &base, &ctx).await.status, OutcomeStatus::Cancelled);
         let args: ListDirectoryArgs = serde_json::from_value(json!({})).unwrap();
-        assert_eq!(list_directory(args, &ctx).await.status, OutcomeStatus::Cancelled);
+        assert_eq!(list_directory(args, &base, &ctx).await.status, OutcomeStatus::Cancelled);
         assert!(started.elapsed() < Duration::from_secs(2));
 
         // The blocking walk notices the token on its own and stops.
         let job = GrepJob {
-            base: f.root().to_path_buf(),
+            base: Target::of(f.root()),
             cwd: f.root().to_path_buf(),
             pattern: "fn".to_owned(),
             matcher: RegexMatcher::new("fn").unwrap(),
@@ -1429,7 +1471,7 @@ mod tests {
         };
         assert_eq!(job.run().status, OutcomeStatus::Cancelled);
         let job = GlobJob {
-            base: f.root().to_path_buf(),
+            base: Target::of(f.root()),
             cwd: f.root().to_path_buf(),
             pattern: "*".to_owned(),
             filter: PathFilter::new("*").unwrap(),

@@ -792,16 +792,20 @@ mod tests {
 
     use super::super::{Host, HostError};
     use super::*;
+    use crate::fs_guard::Target;
 
     /// A host with no editor terminals: commands run locally.
     struct LocalHost;
 
     impl Host for LocalHost {
-        fn read_text_file<'a>(&'a self, _path: &'a Path) -> BoxFuture<'a, Result<String, HostError>> {
+        fn read_text_file<'a>(&'a self, _: &'a Target) -> BoxFuture<'a, Result<String, HostError>> {
             Box::pin(async { Err(HostError::Other("not used".to_owned())) })
         }
-        fn write_text_file<'a>(&'a self, _path: &'a Path, _content: &'a str) -> BoxFuture<'a, Result<(), HostError>> {
+        fn write_text_file<'a>(&'a self, _: &'a Target, _content: &'a str) -> BoxFuture<'a, Result<(), HostError>> {
             Box::pin(async { Err(HostError::Other("not used".to_owned())) })
+        }
+        fn writes_in_place(&self) -> bool {
+            false
         }
         fn reads_via_client(&self) -> bool {
             false
@@ -815,11 +819,14 @@ mod tests {
     struct EditorHost(FakeTerminals);
 
     impl Host for EditorHost {
-        fn read_text_file<'a>(&'a self, _path: &'a Path) -> BoxFuture<'a, Result<String, HostError>> {
+        fn read_text_file<'a>(&'a self, _: &'a Target) -> BoxFuture<'a, Result<String, HostError>> {
             Box::pin(async { Err(HostError::Other("not used".to_owned())) })
         }
-        fn write_text_file<'a>(&'a self, _path: &'a Path, _content: &'a str) -> BoxFuture<'a, Result<(), HostError>> {
+        fn write_text_file<'a>(&'a self, _: &'a Target, _content: &'a str) -> BoxFuture<'a, Result<(), HostError>> {
             Box::pin(async { Err(HostError::Other("not used".to_owned())) })
+        }
+        fn writes_in_place(&self) -> bool {
+            false
         }
         fn reads_via_client(&self) -> bool {
             true
