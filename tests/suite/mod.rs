@@ -20,3 +20,4 @@ mod sse_split;
 mod tools;
 mod turns;
 mod upstream;
+mod workspace_boundary;
