@@ -14,13 +14,25 @@
 //! Ignore rules are ripgrep's defaults: `.gitignore` applies inside a git
 //! repository, `.ignore` everywhere, hidden entries are skipped, symlinks are
 //! not followed. A path given explicitly is always walked, even when ignored.
+//!
+//! The workspace is hostile input. The base of a search is the target the
+//! permission policy judged ([`crate::fs_guard`]); a FIFO, socket or device
+//! there is refused before anything opens it. Each file `grep` searches is
+//! opened without following a link anywhere on its path and without
+//! blocking, and searched only if it is a regular file on the open
+//! descriptor. The walker reads ignore files (`.gitignore`, `.ignore`, `.git`
+//! files) by name on its own, so a directory holding one that is not a
+//! regular file of sane size is left out (counted as unreadable), and a
+//! search whose base or ancestors hold one is refused; only a swap between
+//! that check and the walker's own read remains.
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 use grep_matcher::Matcher;
@@ -327,6 +339,7 @@ pub async fn grep(args: GrepArgs, target: &Target, ctx: &ToolContext<'_>) -> Too
         files_only: args.files_with_matches,
         max_matches: ctx.limits.max_grep_matches.max(1),
         max_files: ctx.limits.max_listed_entries.max(1),
+        skipped: Arc::default(),
         cancel: ctx.cancel.clone(),
     };
     run_blocking(ctx.cancel, move || job.run()).await
@@ -439,13 +452,77 @@ impl PartialOrd for Sorted {
     }
 }
 
+/// The files the `ignore` walker reads in each directory it enters, by
+/// name, following links, whole: a FIFO among them would block the walk for
+/// good, a link to `/dev/zero` would fill memory.
+const IGNORE_FILES: [&str; 5] = [".ignore", ".gitignore", ".git", ".git/info/exclude", ".git/commondir"];
+
+/// Largest ignore file a walk may read.
+const MAX_IGNORE_FILE_BYTES: u64 = 1024 * 1024;
+
+/// The first file in `dir` the walker would read as an ignore file that is
+/// not a regular file of sane size (`.git` may be a directory).
+fn unsafe_ignore_file(dir: &Path) -> Option<PathBuf> {
+    let mut git_dir = false;
+    for name in IGNORE_FILES {
+        // What lives inside `.git` matters only when `.git` is a directory.
+        if name.starts_with(".git/") && !git_dir {
+            continue;
+        }
+        let path = dir.join(name);
+        match std::fs::metadata(&path) {
+            Err(_) => {}
+            Ok(metadata) if metadata.is_dir() && name == ".git" => git_dir = true,
+            Ok(metadata) if metadata.is_file() && metadata.len() <= MAX_IGNORE_FILE_BYTES => {}
+            Ok(_) => return Some(path),
+        }
+    }
+    None
+}
+
+/// Why a walk from `base` cannot start: an ignore file the walker would read
+/// in the base or one of its ancestors is a FIFO, a device or huge.
+fn check_ignore_files(base: &Target, cwd: &Path) -> Option<String> {
+    let file = base.real.ancestors().filter(|dir| dir.is_dir()).find_map(unsafe_ignore_file)?;
+    let kind = match std::fs::metadata(&file) {
+        Ok(metadata) if metadata.is_file() => "too large to be an ignore file".to_owned(),
+        Ok(metadata) if metadata.is_dir() => "a directory".to_owned(),
+        Ok(metadata) => format!("{}, not a regular file", crate::fs_guard::special_kind(&metadata)),
+        Err(err) => err.to_string(),
+    };
+    Some(format!(
+        "Cannot search {}: {} is {kind}, and the search would read it as an ignore file.",
+        base.shown(cwd),
+        paths::display(&file, cwd)
+    ))
+}
+
+/// Keeps the walker out of directories whose ignore files it must not read
+/// (see [`unsafe_ignore_file`]), counting them in `skipped`.
+fn skip_unsafe_directories(builder: &mut WalkBuilder, skipped: &Arc<AtomicU64>, also: fn(&DirEntry) -> bool) {
+    let skipped = Arc::clone(skipped);
+    builder.filter_entry(move |entry| {
+        if !also(entry) {
+            return false;
+        }
+        let is_dir = entry.file_type().is_some_and(|kind| kind.is_dir());
+        if is_dir && unsafe_ignore_file(entry.path()).is_some() {
+            skipped.fetch_add(1, AtomicOrdering::Relaxed);
+            return false;
+        }
+        true
+    });
+}
+
 /// Walker settings shared by `glob` and `grep`.
-fn walker(base: &Path, show_hidden: bool) -> WalkParallel {
+fn walker(base: &Path, show_hidden: bool, skipped: &Arc<AtomicU64>) -> WalkParallel {
     let mut builder = WalkBuilder::new(base);
     if show_hidden {
         builder.hidden(false);
         // Git's own store is never what a hidden-file search is after.
-        builder.filter_entry(|entry| entry.file_name() != ".git");
+        skip_unsafe_directories(&mut builder, skipped, |entry| entry.file_name() != ".git");
+    } else {
+        skip_unsafe_directories(&mut builder, skipped, |_| true);
     }
     builder.build_parallel()
 }
@@ -579,10 +656,17 @@ impl ListJob {
         }
         let mut builder = WalkBuilder::new(&self.dir.real);
         builder.max_depth(Some(self.depth));
+        let skipped = Arc::new(AtomicU64::new(0));
         if self.all {
+            // No ignore files are read at all.
             builder.standard_filters(false);
             // Show `.git/` itself, never its contents.
             builder.filter_entry(|entry| entry.path().parent().and_then(Path::file_name) != Some(".git".as_ref()));
+        } else {
+            if let Some(message) = check_ignore_files(&self.dir, &self.cwd) {
+                return ToolOutcome::failed(message);
+            }
+            skip_unsafe_directories(&mut builder, &skipped, |_| true);
         }
         let mut entries: Vec<(PathBuf, bool)> = Vec::new();
         let mut unreadable = 0u64;
@@ -607,6 +691,7 @@ impl ListJob {
             entries.push((relative, is_dir));
         }
         entries.sort_unstable_by(|a, b| path_order(&a.0, &b.0));
+        unreadable += skipped.load(AtomicOrdering::Relaxed);
 
         let shown_dir = dir_title(&self.dir, &self.cwd);
         let total = entries.len();
@@ -655,10 +740,13 @@ struct GlobWorker {
 
 impl GlobJob {
     fn run(self) -> ToolOutcome {
-        if let Some(message) = check_base(&self.base, &self.cwd, true) {
+        if let Some(message) =
+            check_base(&self.base, &self.cwd, true).or_else(|| check_ignore_files(&self.base, &self.cwd))
+        {
             return ToolOutcome::failed(message);
         }
         let show_hidden = self.filter.names_hidden;
+        let skipped = Arc::new(AtomicU64::new(0));
         let visit = |worker: &mut GlobWorker, entry: Result<DirEntry, ignore::Error>| {
             if self.cancel.is_cancelled() {
                 worker.cancelled = true;
@@ -676,11 +764,11 @@ impl GlobJob {
             }
             WalkState::Continue
         };
-        let workers = walk_parallel(walker(&self.base.real, show_hidden), GlobWorker::default, &visit);
+        let workers = walk_parallel(walker(&self.base.real, show_hidden, &skipped), GlobWorker::default, &visit);
         if self.cancel.is_cancelled() || workers.iter().any(|w| w.cancelled) {
             return ToolOutcome::cancelled();
         }
-        let unreadable: u64 = workers.iter().map(|w| w.unreadable).sum();
+        let unreadable: u64 = workers.iter().map(|w| w.unreadable).sum::<u64>() + skipped.load(AtomicOrdering::Relaxed);
         let mut found: Vec<PathBuf> = workers.into_iter().flat_map(|w| w.found).collect();
         let total = found.len();
         // Only the shown paths need sorting: pick them out first.
@@ -729,6 +817,8 @@ struct GrepJob {
     max_matches: usize,
     /// Files listed at most with `files_only`.
     max_files: usize,
+    /// Directories the walk kept out of (see [`unsafe_ignore_file`]).
+    skipped: Arc<AtomicU64>,
     cancel: CancellationToken,
 }
 
@@ -880,7 +970,9 @@ fn line_text(bytes: &[u8], matcher: Option<&RegexMatcher>) -> String {
 
 impl GrepJob {
     fn run(self) -> ToolOutcome {
-        if let Some(message) = check_base(&self.base, &self.cwd, false) {
+        if let Some(message) =
+            check_base(&self.base, &self.cwd, false).or_else(|| check_ignore_files(&self.base, &self.cwd))
+        {
             return ToolOutcome::failed(message);
         }
         let show_hidden = self.filter.as_ref().is_some_and(|filter| filter.names_hidden);
@@ -915,7 +1007,7 @@ impl GrepJob {
             }
             WalkState::Continue
         };
-        let workers = walk_parallel(walker(&self.base.real, show_hidden), make, &visit);
+        let workers = walk_parallel(walker(&self.base.real, show_hidden, &self.skipped), make, &visit);
         if self.cancel.is_cancelled() || workers.iter().any(|w| w.cancelled) {
             return ToolOutcome::cancelled();
         }
@@ -991,6 +1083,7 @@ impl GrepJob {
 
     fn render_files(&self, workers: Vec<GrepWorker>) -> ToolOutcome {
         let (binary, unreadable) = totals(&workers);
+        let unreadable = unreadable + self.skipped.load(AtomicOrdering::Relaxed);
         let mut files: Vec<(PathBuf, u64)> = workers.into_iter().flat_map(|w| w.matched_files).collect();
         files.sort_unstable_by(|a, b| path_order(&a.0, &b.0));
         let total = files.len();
@@ -1021,6 +1114,7 @@ impl GrepJob {
 
     fn render_lines(&self, workers: Vec<GrepWorker>) -> ToolOutcome {
         let (binary, unreadable) = totals(&workers);
+        let unreadable = unreadable + self.skipped.load(AtomicOrdering::Relaxed);
         let matches: u64 = workers.iter().map(|w| w.matches).sum();
         let files_with_matches: u64 = workers.iter().map(|w| w.files_with_matches).sum();
         if matches == 0 {
@@ -1467,6 +1561,7 @@ mod tests {
             files_only: false,
             max_matches: 10,
             max_files: 10,
+            skipped: Arc::default(),
             cancel: f.cancel.clone(),
         };
         assert_eq!(job.run().status, OutcomeStatus::Cancelled);
@@ -1493,6 +1588,69 @@ mod tests {
         assert_eq!((args.path, args.depth, args.all), (None, None, false));
         let err = serde_json::from_value::<GrepArgs>(json!({"pattern": "x", "context": "lots"})).unwrap_err();
         assert!(err.to_string().contains("non-negative integer"), "{err}");
+    }
+
+    /// Defect 16 of issue 11, and what the walker reads on its own: grep on
+    /// an explicit FIFO fails at once; a FIFO or a link to `/dev/zero` where
+    /// the walker would read an ignore file keeps it out of that directory
+    /// (or refuses the search when it is in the base) instead of blocking
+    /// or filling memory.
+    #[test]
+    fn special_files_never_block_a_search() {
+        let f = fixture();
+        let mkfifo = |path: &Path| {
+            rustix::fs::mknodat(rustix::fs::CWD, path, rustix::fs::FileType::Fifo, rustix::fs::Mode::RUSR, 0).unwrap();
+        };
+        mkfifo(&f.root().join("src/pipe"));
+        write(f.root(), "trap/hidden.rs", b"fn main() {}\n");
+        mkfifo(&f.root().join("trap/.gitignore"));
+        // A link to a FIFO (a link to `/dev/zero` is judged the same way,
+        // below, without walking: if that regressed, a walk would eat memory).
+        write(f.root(), "zero/z.rs", b"fn main() {}\n");
+        std::os::unix::fs::symlink("../trap/.gitignore", f.root().join("zero/.ignore")).unwrap();
+        let devices = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink("/dev/zero", devices.path().join(".ignore")).unwrap();
+        assert_eq!(unsafe_ignore_file(devices.path()), Some(devices.path().join(".ignore")));
+        assert_eq!(unsafe_ignore_file(f.root()), None);
+        // On a thread of its own, so a search that does block fails this test
+        // instead of hanging it (a runtime waits for its blocking threads).
+        let (sender, receiver) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let outcomes = runtime.block_on(async {
+                vec![
+                    f.call("grep", json!({"pattern": "x", "path": "src/pipe"})).await,
+                    f.call("grep", json!({"pattern": "fn main"})).await,
+                    f.call("glob", json!({"pattern": "**/*.rs"})).await,
+                    f.call("list_directory", json!({"depth": 2})).await,
+                    f.call("grep", json!({"pattern": "fn", "path": "trap"})).await,
+                ]
+            });
+            let _ = sender.send(outcomes);
+        });
+        let outcomes = receiver.recv_timeout(Duration::from_secs(60)).expect("no search blocks on a special file");
+        let [fifo, grep, glob, list, base] = <[ToolOutcome; 5]>::try_from(outcomes).unwrap();
+        assert_eq!(fifo.status, OutcomeStatus::Failed);
+        assert!(fifo.for_model.contains("src/pipe is a named pipe (FIFO), not a regular file"), "{}", fifo.for_model);
+        for (name, outcome) in [("grep", &grep), ("glob", &glob), ("list", &list)] {
+            assert_eq!(outcome.status, OutcomeStatus::Completed, "{name}: {}", outcome.for_model);
+            assert!(!outcome.for_model.contains("hidden.rs") && !outcome.for_model.contains("z.rs"), "{name}");
+            assert!(outcome.for_model.contains("could not be read"), "{name}: {}", outcome.for_model);
+        }
+        assert!(grep.for_model.contains("src/main.rs:1:fn main() {"), "{}", grep.for_model);
+        assert_eq!(base.status, OutcomeStatus::Failed);
+        assert!(base.for_model.contains("trap/.gitignore is a named pipe (FIFO)"), "{}", base.for_model);
+    }
+
+    /// A file swapped for a link after the walk listed it is not followed.
+    #[test]
+    fn searched_files_are_opened_without_following_links() {
+        let f = fixture();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), "fn main").unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret"), f.root().join("link.rs")).unwrap();
+        assert!(open_searchable(&f.root().join("link.rs")).is_err());
+        assert!(open_searchable(&f.root().join("src/main.rs")).is_ok());
     }
 
     #[test]
