@@ -573,11 +573,18 @@ impl Target {
     }
 
     /// Checks a read the editor will do (`fs/read_text_file`): the target is
-    /// still reached without links from the judged anchor, and is a regular file.
+    /// still reached without links from the judged anchor, and is a regular
+    /// file, or nothing on disk (the editor may hold an unsaved buffer for it).
     pub fn check_readable(&self) -> Result<(), GuardError> {
         self.usable()?;
-        let (dir, name) = self.open_parent(false)?;
-        check_kind(Target::look(&dir, &name)?.ok_or(GuardError::NotFound)?.kind)
+        let (dir, name) = match self.open_parent(false) {
+            Err(GuardError::NotFound) => return Ok(()),
+            other => other?,
+        };
+        match Target::look(&dir, &name)? {
+            None => Ok(()),
+            Some(facts) => check_kind(facts.kind),
+        }
     }
 }
 
