@@ -1073,6 +1073,22 @@ mod tests {
         assert!(matches!(Target::of(Path::new("/dev/zero")).read_all(10), Err(GuardError::Special("a device"))));
     }
 
+    /// Before the editor is asked to read: nothing on disk is fine (it may
+    /// hold an unsaved buffer), a link or FIFO swapped in is not.
+    #[test]
+    fn editor_reads_are_checked_again() {
+        let t = tree();
+        assert!(Target::resolve(&t.project, "new/unsaved.md").check_readable().is_ok());
+        assert!(Target::resolve(&t.project, "src/lib.rs").check_readable().is_ok());
+        let judged = Target::resolve(&t.project, "src/lib.rs");
+        std::fs::remove_file(t.project.join("src/lib.rs")).unwrap();
+        symlink(t.outside.join("secret.txt"), t.project.join("src/lib.rs")).unwrap();
+        assert!(matches!(judged.check_readable(), Err(GuardError::Changed)));
+        let judged = Target::resolve(&t.project, "pipe");
+        mkfifo(&t.project.join("pipe"));
+        assert!(matches!(judged.check_readable(), Err(GuardError::Special(_))));
+    }
+
     #[test]
     fn the_walk_without_openat2_refuses_links_too() {
         let t = tree();
