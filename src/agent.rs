@@ -35,9 +35,10 @@ use crate::model::{
 };
 use crate::permission::{Answer, Approver, PermissionQuestion, Policy, Verdict};
 use crate::session::{Conversation, UsageMark};
+use crate::tools::fetch::HostTrust;
 use crate::tools::{
-    self, CANCELLED_RESULT, Description, DisplayContent, ExternalCall, ExternalTools, Host, Location, OutcomeStatus,
-    PlanItem, PreparedCall, Progress, Tool, ToolContext, ToolKind, ToolLimits, ToolOutcome,
+    self, Access, CANCELLED_RESULT, Description, DisplayContent, ExternalCall, ExternalTools, Host, Location,
+    OutcomeStatus, PlanItem, PreparedCall, Progress, Tool, ToolContext, ToolKind, ToolLimits, ToolOutcome,
 };
 
 /// Something the user should see, in the order it happened.
@@ -359,6 +360,19 @@ impl Turn<'_> {
     /// Parses and describes a call: a built-in tool's, else an external
     /// tool's. The error is a message for the model.
     fn prepare(&self, call: &ToolCallRequest) -> Result<(Runnable<'_>, ToolKind, Description), String> {
+        // A built-in the configuration leaves out (`[tools] fetch = false`)
+        // is no tool at all.
+        if Tool::from_name(&call.name).is_some() {
+            let offered = self.offered();
+            if !offered.iter().any(|definition| definition.name() == call.name) {
+                let known: Vec<&str> = offered.iter().map(ToolDefinition::name).collect();
+                return Err(format!(
+                    "There is no tool named \"{}\". Available tools: {}.",
+                    call.name,
+                    known.join(", ")
+                ));
+            }
+        }
         if Tool::from_name(&call.name).is_none()
             && let Some(external) = self.external
         {
@@ -386,7 +400,7 @@ impl Turn<'_> {
     async fn run_tool(&self, call: &ToolCallRequest) -> (String, Flow) {
         let workspace = &self.workspace;
         let raw_input = serde_json::from_str::<serde_json::Value>(&call.arguments).ok();
-        let (runnable, kind, description) = match self.prepare(call) {
+        let (mut runnable, kind, description) = match self.prepare(call) {
             Ok(prepared) => prepared,
             Err(message) => {
                 // Show what the model sent, then why it cannot run.
@@ -406,6 +420,8 @@ impl Turn<'_> {
             },
         );
         let verdict = lock(workspace.policy).judge(&description.access, workspace.roots);
+        // Whether the user said yes to this very call.
+        let mut approved = false;
         match verdict {
             Verdict::Allow => {}
             Verdict::Deny(reason) => {
@@ -437,7 +453,7 @@ impl Turn<'_> {
                 };
                 lock(workspace.policy).remember(&description.access, workspace.roots, answer);
                 match answer {
-                    Answer::AllowOnce | Answer::AllowAlways => {}
+                    Answer::AllowOnce | Answer::AllowAlways => approved = true,
                     Answer::RejectOnce | Answer::RejectAlways => {
                         let message = "The user declined this tool call. Do not retry it as is; \
                                        ask the user how to proceed or take another approach."
@@ -451,6 +467,10 @@ impl Turn<'_> {
                     }
                 }
             }
+        }
+        if let (Runnable::Builtin(prepared), Access::Fetch { .. }) = (&mut runnable, &description.access) {
+            let remembered = lock(workspace.policy).fetch_hosts();
+            prepared.set_host_trust(HostTrust { remembered, approved });
         }
         self.update(&call.id, ToolCallChange { status: Some(ToolCallStatus::InProgress), ..ToolCallChange::default() });
         let call_id = call.id.clone();
@@ -624,6 +644,7 @@ fn pending_title(tool: Tool) -> &'static str {
         Tool::Grep => "Search",
         Tool::Shell => "Run command",
         Tool::UpdatePlan => "Update plan",
+        Tool::Fetch => "Fetch",
     }
 }
 

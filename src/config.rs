@@ -39,6 +39,8 @@ pub struct Config {
     /// MCP servers every session connects to (`[mcp_servers.<name>]`), by
     /// name; an editor's server of the same name replaces one of these.
     pub mcp_servers: Vec<McpServer>,
+    /// Which optional built-in tools are offered (`[tools]`).
+    pub tools: ToolSettings,
     /// lathe's own config directory (`$XDG_CONFIG_HOME/lathe`): user-level
     /// `AGENTS.md` and slash commands live there. `None` when unknown.
     pub user_dir: Option<PathBuf>,
@@ -222,6 +224,19 @@ impl Default for ProtocolSettings {
     }
 }
 
+/// Which optional built-in tools are offered to the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ToolSettings {
+    /// The `fetch` tool (reading web pages); on by default.
+    pub fetch: bool,
+}
+
+impl Default for ToolSettings {
+    fn default() -> Self {
+        Self { fetch: true }
+    }
+}
+
 /// Time limits for MCP servers.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct McpSettings {
@@ -348,6 +363,14 @@ struct ConfigToml {
     mcp: McpToml,
     #[serde(default)]
     mcp_servers: BTreeMap<String, McpServerToml>,
+    #[serde(default)]
+    tools: ToolsToml,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ToolsToml {
+    fetch: Option<bool>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -505,6 +528,7 @@ impl Config {
             context: ContextSettings::default(),
             mcp: McpSettings::default(),
             mcp_servers: Vec::new(),
+            tools: ToolSettings::default(),
             user_dir: user_dir(env),
             data_dir: None,
         }
@@ -713,6 +737,7 @@ impl Config {
             context,
             mcp,
             mcp_servers,
+            tools: ToolSettings { fetch: raw.tools.fetch.unwrap_or(ToolSettings::default().fetch) },
             user_dir: user_dir(env),
             data_dir: None,
         })
@@ -994,6 +1019,10 @@ max_output_tokens = 8192
         let config = Config::from_toml_str(text, Path::new("config.example.toml"), &no_env).unwrap();
         assert!(config.models.len() >= 6, "presets for OpenAI, OpenRouter, Ollama, vLLM, llama.cpp, LM Studio");
         assert_eq!(config.mcp, McpSettings::default());
+        assert_eq!(config.tools, ToolSettings { fetch: true });
+        let off = text.replace("\nfetch = true\n", "\nfetch = false\n");
+        let off = Config::from_toml_str(&off, Path::new("config.example.toml"), &no_env).unwrap();
+        assert_eq!(off.tools, ToolSettings { fetch: false }, "[tools] fetch = false turns the tool off");
         // The MCP server examples are commented out; they parse once uncommented.
         let (head, examples) = text.split_once("# Examples (remove the leading").unwrap();
         let uncommented: String =
@@ -1076,6 +1105,17 @@ transport = "sse"
             let err = parse(&format!("{model}{bad}")).unwrap_err().to_string();
             assert!(err.contains(key), "{bad}: {err}");
             assert!(!err.contains('\n'), "{err}");
+        }
+    }
+
+    #[test]
+    fn tools_keys_parse_and_are_checked() {
+        let model = "[models.m]\nbase_url = \"http://x/v1\"\nmodel = \"a\"\n";
+        assert!(parse(model).unwrap().tools.fetch, "fetch is on by default");
+        assert!(!parse(&format!("{model}[tools]\nfetch = false\n")).unwrap().tools.fetch);
+        for (bad, key) in [("fetch = \"yes\"", "tools.fetch"), ("fetsh = false", "fetsh")] {
+            let err = parse(&format!("{model}[tools]\n{bad}\n")).unwrap_err().to_string();
+            assert!(err.contains(key), "{bad}: {err}");
         }
     }
 }

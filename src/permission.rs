@@ -124,6 +124,8 @@ enum Rule {
         /// The tool.
         tool: String,
     },
+    /// Fetches from one host (`docs.rs`, `localhost:8080`).
+    FetchHost(String),
 }
 
 /// The session's permission state: its mode and the "always" answers.
@@ -214,6 +216,14 @@ impl Policy {
                 _ if remembered => Verdict::Allow,
                 Mode::Ask | Mode::AcceptEdits => Verdict::Ask,
             },
+            // Reaching outside asks, like a command, except in full-auto; a
+            // visibly local host asks even there, since the fetch refuses
+            // local addresses the user did not allow.
+            Access::Fetch { local, .. } => match self.mode {
+                _ if remembered => Verdict::Allow,
+                Mode::FullAuto if !*local => Verdict::Allow,
+                Mode::ReadOnly | Mode::Ask | Mode::AcceptEdits | Mode::FullAuto => Verdict::Ask,
+            },
         }
     }
 
@@ -225,6 +235,7 @@ impl Policy {
             Some(Rule::Tool(tool, Scope::Outside)) => Some(format!("Always allow {} outside the project", verb(*tool))),
             Some(Rule::Tool(tool, Scope::Inside)) => Some(format!("Always allow {}", verb(*tool))),
             Some(Rule::External { server, tool }) => Some(format!("Always allow `{tool}` from `{server}`")),
+            Some(Rule::FetchHost(host)) => Some(format!("Always allow fetching from `{host}`")),
             Some(Rule::Command(_)) | None => None,
         };
         let mut choices = vec![Choice { answer: Answer::AllowOnce, id: "allow_once", label: "Allow".to_owned() }];
@@ -257,6 +268,17 @@ impl Policy {
             Answer::AllowOnce | Answer::RejectOnce | Answer::Cancelled => {}
         }
     }
+
+    /// The hosts the user allowed fetches from for the rest of the session.
+    pub fn fetch_hosts(&self) -> HashSet<String> {
+        self.allowed
+            .iter()
+            .filter_map(|rule| match rule {
+                Rule::FetchHost(host) => Some(host.clone()),
+                Rule::Tool(..) | Rule::CommandPrefix(_) | Rule::Command(_) | Rule::External { .. } => None,
+            })
+            .collect()
+    }
 }
 
 fn verb(tool: Tool) -> &'static str {
@@ -265,6 +287,7 @@ fn verb(tool: Tool) -> &'static str {
         Tool::WriteFile | Tool::EditFile => "file edits",
         Tool::Shell => "this command",
         Tool::UpdatePlan => "plan updates",
+        Tool::Fetch => "fetching",
     }
 }
 
@@ -288,6 +311,7 @@ fn rule_for(access: &Access, roots: &[PathBuf]) -> Option<Rule> {
             None => Rule::Command(command.trim().to_owned()),
         }),
         Access::External { server, tool, .. } => Some(Rule::External { server: server.clone(), tool: tool.clone() }),
+        Access::Fetch { host, .. } => Some(Rule::FetchHost(host.clone())),
     }
 }
 
@@ -354,6 +378,10 @@ mod tests {
         Access::Execute { command: command.to_owned(), cwd: PathBuf::from("/nonexistent-root/project") }
     }
 
+    fn web(url: &str, host: &str, local: bool) -> Access {
+        Access::Fetch { url: url.to_owned(), host: host.to_owned(), local }
+    }
+
     fn mcp(tool: &str, read_only: bool) -> Access {
         Access::External { server: "docs".to_owned(), tool: tool.to_owned(), read_only }
     }
@@ -392,6 +420,12 @@ mod tests {
             (Mode::AcceptEdits, Tool::Shell, mcp("publish", false), Ask),
             (Mode::ReadOnly, Tool::Shell, mcp("publish", false), Deny),
             (Mode::FullAuto, Tool::Shell, mcp("publish", false), Allow),
+            // Fetches ask except in full-auto; a visibly local host asks there too.
+            (Mode::ReadOnly, Tool::Fetch, web("https://docs.rs/", "docs.rs", false), Ask),
+            (Mode::Ask, Tool::Fetch, web("https://docs.rs/", "docs.rs", false), Ask),
+            (Mode::AcceptEdits, Tool::Fetch, web("https://docs.rs/", "docs.rs", false), Ask),
+            (Mode::FullAuto, Tool::Fetch, web("https://docs.rs/", "docs.rs", false), Allow),
+            (Mode::FullAuto, Tool::Fetch, web("http://localhost:3000/", "localhost:3000", true), Ask),
         ];
         for (mode, tool, access, expected) in cases {
             let verdict = Policy::new(mode).judge(&access, &roots());
@@ -433,6 +467,29 @@ mod tests {
         assert_eq!(labels[1].label, "Always allow `cargo test` commands");
         assert_eq!(ids(&mcp("publish", false)), vec!["allow_once", "allow_always", "reject_once", "reject_always"]);
         assert_eq!(policy.options(&mcp("publish", false), &roots())[1].label, "Always allow `publish` from `docs`");
+    }
+
+    /// "Always" for a fetch covers that host (and port) only, in every mode.
+    #[test]
+    fn always_answers_for_fetches_are_per_host() {
+        let mut policy = Policy::new(Mode::Ask);
+        let docs = web("https://docs.rs/serde", "docs.rs", false);
+        let local = web("http://localhost:8080/a", "localhost:8080", true);
+        assert_eq!(policy.options(&local, &roots())[1].label, "Always allow fetching from `localhost:8080`");
+        policy.remember(&docs, &roots(), Answer::AllowOnce);
+        assert_eq!(policy.judge(&docs, &roots()), Verdict::Ask, "once is once");
+        policy.remember(&local, &roots(), Answer::AllowAlways);
+        assert_eq!(policy.judge(&web("http://localhost:8080/b?c", "localhost:8080", true), &roots()), Verdict::Allow);
+        assert_eq!(policy.judge(&web("http://localhost:9090/", "localhost:9090", true), &roots()), Verdict::Ask);
+        assert_eq!(policy.judge(&web("http://127.0.0.1:8080/", "127.0.0.1:8080", true), &roots()), Verdict::Ask);
+        assert_eq!(policy.judge(&docs, &roots()), Verdict::Ask);
+        assert_eq!(policy.fetch_hosts(), HashSet::from(["localhost:8080".to_owned()]));
+        for mode in Mode::ALL {
+            policy.set_mode(mode);
+            assert_eq!(policy.judge(&local, &roots()), Verdict::Allow, "{mode:?}");
+        }
+        policy.remember(&docs, &roots(), Answer::RejectAlways);
+        assert!(matches!(policy.judge(&docs, &roots()), Verdict::Deny(_)));
     }
 
     /// "Always" for an MCP tool covers that tool of that server only.

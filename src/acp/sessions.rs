@@ -197,7 +197,7 @@ impl Server {
                 servers,
                 self.config.mcp,
                 session.setup().cwd.clone(),
-                crate::tools::definitions(),
+                crate::tools::definitions_with(self.config.tools.fetch),
                 session.lifetime(),
             );
             session.set_external_tools(hub);

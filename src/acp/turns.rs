@@ -143,7 +143,13 @@ impl Server {
         let host = ClientHost::new(self.outbox.clone(), session_id.clone(), &capabilities);
         let approver = ClientApprover { outbox: self.outbox.clone(), session_id };
         let roots = session.roots();
-        let limits = ToolLimits::default();
+        let network = &self.config.network;
+        let limits = ToolLimits {
+            fetch_connect_timeout: network.connect_timeout,
+            fetch_timeout: network.response_timeout,
+            fetch_idle_timeout: network.stream_idle_timeout,
+            ..ToolLimits::default()
+        };
         let external = session.external_tools();
         let runner = Turn {
             client: &client,
@@ -159,7 +165,7 @@ impl Server {
                 limits: &limits,
                 seen: session.file_versions(),
             },
-            tools: crate::tools::definitions(),
+            tools: crate::tools::definitions_with(self.config.tools.fetch),
             external: external.as_deref(),
             context: &self.config.context,
         };
@@ -189,7 +195,7 @@ impl Server {
                 let token = turn.token().clone();
                 // The same tools as the session's requests, so the summary request shares their prefix.
                 let offered = session.external_tools().map(|external| external.definitions());
-                let tools = offered.as_deref().unwrap_or(crate::tools::definitions());
+                let tools = offered.as_deref().unwrap_or(crate::tools::definitions_with(self.config.tools.fetch));
                 let compactor = Compactor { client: &client, events, cancel: &token, tools };
                 match compactor.compact(turn.conversation(), None).await {
                     Compaction::Done { .. } => format!("Compacted {before} messages into a summary."),

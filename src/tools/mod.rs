@@ -20,6 +20,7 @@
 //! built-ins and hands them the calls no built-in answers. This module does
 //! not know where they come from.
 
+pub mod fetch;
 pub mod fs;
 pub mod local;
 pub mod paths;
@@ -59,11 +60,13 @@ pub enum Tool {
     Shell,
     /// Record the task plan.
     UpdatePlan,
+    /// Read a web page.
+    Fetch,
 }
 
 impl Tool {
     /// All tools, in the order they are offered to the model.
-    pub const ALL: [Tool; 8] = [
+    pub const ALL: [Tool; 9] = [
         Tool::ReadFile,
         Tool::WriteFile,
         Tool::EditFile,
@@ -72,6 +75,7 @@ impl Tool {
         Tool::Grep,
         Tool::Shell,
         Tool::UpdatePlan,
+        Tool::Fetch,
     ];
 
     /// The name the model calls it by.
@@ -85,6 +89,7 @@ impl Tool {
             Tool::Grep => "grep",
             Tool::Shell => "shell",
             Tool::UpdatePlan => "update_plan",
+            Tool::Fetch => "fetch",
         }
     }
 
@@ -101,6 +106,7 @@ impl Tool {
             Tool::ListDirectory | Tool::Glob | Tool::Grep => ToolKind::Search,
             Tool::Shell => ToolKind::Execute,
             Tool::UpdatePlan => ToolKind::Think,
+            Tool::Fetch => ToolKind::Fetch,
         }
     }
 
@@ -114,6 +120,7 @@ impl Tool {
             Tool::Grep => include_str!("../../prompts/tools/grep.md"),
             Tool::Shell => include_str!("../../prompts/tools/shell.md"),
             Tool::UpdatePlan => include_str!("../../prompts/tools/update_plan.md"),
+            Tool::Fetch => include_str!("../../prompts/tools/fetch.md"),
         }
     }
 
@@ -127,6 +134,7 @@ impl Tool {
             Tool::Grep => search::grep_schema(),
             Tool::Shell => shell::shell_schema(),
             Tool::UpdatePlan => plan_schema(),
+            Tool::Fetch => fetch::fetch_schema(),
         }
     }
 }
@@ -135,12 +143,22 @@ impl Tool {
 /// carries byte-identical tool definitions.
 pub fn definitions() -> &'static [ToolDefinition] {
     static DEFINITIONS: OnceLock<Vec<ToolDefinition>> = OnceLock::new();
-    DEFINITIONS.get_or_init(|| {
-        Tool::ALL
-            .into_iter()
-            .map(|tool| ToolDefinition::function(tool.name(), tool.description().trim(), tool.parameters()))
-            .collect()
-    })
+    DEFINITIONS.get_or_init(|| build_definitions(|_| true))
+}
+
+/// The definitions of the built-in tools offered when `fetch` is on or off
+/// (`[tools] fetch`), built once each like [`definitions`].
+pub fn definitions_with(fetch: bool) -> &'static [ToolDefinition] {
+    static WITHOUT_FETCH: OnceLock<Vec<ToolDefinition>> = OnceLock::new();
+    if fetch { definitions() } else { WITHOUT_FETCH.get_or_init(|| build_definitions(|tool| tool != Tool::Fetch)) }
+}
+
+fn build_definitions(offered: impl Fn(Tool) -> bool) -> Vec<ToolDefinition> {
+    Tool::ALL
+        .into_iter()
+        .filter(|tool| offered(*tool))
+        .map(|tool| ToolDefinition::function(tool.name(), tool.description().trim(), tool.parameters()))
+        .collect()
 }
 
 /// What kind of work a call does; editors pick icons and grouping from it.
@@ -201,6 +219,16 @@ pub enum Access {
         /// Whether the server says the tool changes nothing.
         read_only: bool,
     },
+    /// Fetches this URL (and whatever it redirects to).
+    Fetch {
+        /// The URL, as it will be fetched.
+        url: String,
+        /// Its host as permission rules name it (`docs.rs`, `localhost:8080`).
+        host: String,
+        /// Whether the host is visibly local (an IP literal of a local or
+        /// private block, or `localhost`).
+        local: bool,
+    },
 }
 
 /// How a call is shown before it runs, and what it touches.
@@ -236,6 +264,26 @@ enum Args {
     Grep(search::GrepArgs),
     Shell(shell::ShellArgs),
     UpdatePlan(PlanArgs),
+    Fetch(fetch::FetchArgs),
+}
+
+impl PreparedCall {
+    /// Tells a `fetch` call which hosts the user allowed, so that it may
+    /// reach their local addresses (see [`fetch::HostTrust`]). Other calls
+    /// reach no host and ignore it.
+    pub fn set_host_trust(&mut self, trust: fetch::HostTrust) {
+        match &mut self.args {
+            Args::Fetch(args) => args.set_trust(trust),
+            Args::ReadFile(_)
+            | Args::WriteFile(_)
+            | Args::EditFile(_)
+            | Args::ListDirectory(_)
+            | Args::Glob(_)
+            | Args::Grep(_)
+            | Args::Shell(_)
+            | Args::UpdatePlan(_) => {}
+        }
+    }
 }
 
 /// What the editor shows for a call.
@@ -429,6 +477,21 @@ pub struct ToolLimits {
     pub shell_max_timeout: Duration,
     /// Bytes of shell output kept (head and tail).
     pub shell_output_bytes: usize,
+    /// Bytes of page text `fetch` returns when the model gives no `max_bytes`.
+    pub fetch_default_bytes: usize,
+    /// Most bytes of page text `fetch` returns.
+    pub fetch_max_bytes: usize,
+    /// Most bytes of HTML `fetch` reads before converting it; the rest of
+    /// the page is never downloaded.
+    pub fetch_max_html_bytes: usize,
+    /// Time `fetch` gets to connect (`[network] connect_timeout_secs`).
+    pub fetch_connect_timeout: Duration,
+    /// Time a whole fetch may take, redirects and body included
+    /// (`[network] response_timeout_secs`).
+    pub fetch_timeout: Duration,
+    /// Longest silence tolerated while a page arrives
+    /// (`[network] stream_idle_timeout_secs`).
+    pub fetch_idle_timeout: Duration,
 }
 
 impl Default for ToolLimits {
@@ -442,6 +505,12 @@ impl Default for ToolLimits {
             shell_default_timeout: Duration::from_secs(120),
             shell_max_timeout: Duration::from_secs(1800),
             shell_output_bytes: 32 * 1024,
+            fetch_default_bytes: 32 * 1024,
+            fetch_max_bytes: 40 * 1024,
+            fetch_max_html_bytes: 2 * 1024 * 1024,
+            fetch_connect_timeout: Duration::from_secs(30),
+            fetch_timeout: Duration::from_secs(300),
+            fetch_idle_timeout: Duration::from_secs(300),
         }
     }
 }
@@ -631,6 +700,11 @@ pub fn prepare_in(name: &str, arguments: &str, cwd: &Path, in_place: bool) -> Re
             let d = shell::describe_shell(&a, cwd);
             (Args::Shell(a), d)
         })?,
+        Tool::Fetch => {
+            let a: fetch::FetchArgs = parse(name, value)?;
+            let d = fetch::describe_fetch(&a)?;
+            (Args::Fetch(a), d)
+        }
         Tool::UpdatePlan => parse(name, value).map(|a: PlanArgs| {
             let done = a.plan.iter().filter(|i| i.status == PlanStatus::Completed).count();
             let title = format!("Update plan ({done}/{} done)", a.plan.len());
@@ -663,7 +737,7 @@ pub async fn run(call: PreparedCall, ctx: &ToolContext<'_>) -> ToolOutcome {
     // name again: the description holds exactly one.
     let judged = match &call.description.access {
         Access::Read(targets) | Access::Write(targets) => targets.first(),
-        Access::Nothing | Access::Execute { .. } | Access::External { .. } => None,
+        Access::Nothing | Access::Execute { .. } | Access::External { .. } | Access::Fetch { .. } => None,
     };
     match (call.args, judged) {
         (Args::ReadFile(args), Some(target)) => fs::read_file(args, target, ctx).await,
@@ -682,6 +756,7 @@ pub async fn run(call: PreparedCall, ctx: &ToolContext<'_>) -> ToolOutcome {
             None,
         ) => ToolOutcome::failed("This call's path was not judged; nothing was done."),
         (Args::Shell(args), _) => shell::shell(args, ctx).await,
+        (Args::Fetch(args), _) => fetch::fetch(args, ctx).await,
         (Args::UpdatePlan(args), _) => {
             let summary = args
                 .plan
