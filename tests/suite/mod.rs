@@ -8,6 +8,7 @@ mod bench_smoke;
 mod cancel;
 mod cli;
 mod concurrency;
+mod fetch;
 mod file_safety;
 mod hygiene;
 mod mcp;

@@ -14,6 +14,7 @@ pub mod harness;
 pub mod mcp_server;
 pub mod mock_openai;
 pub mod sse;
+pub mod web;
 
 use std::path::{Path, PathBuf};
 
