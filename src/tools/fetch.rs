@@ -487,18 +487,27 @@ impl Page {
             let _ = writeln!(header, "Title: {title}");
         }
         let mut for_model = format!("{header}\n{text}");
+        let read = self.read;
+        let shown = text.len();
+        match (cut, self.cut_short) {
+            (false, false) => {}
+            (true, false) => {
+                let _ = write!(for_model, "\n\n[Cut: showing the first {shown} of {total} bytes of text.");
+            }
+            (true, true) => {
+                let _ = write!(
+                    for_model,
+                    "\n\n[Cut: showing the first {shown} bytes of text; the page goes on past the {read} bytes lathe read."
+                );
+            }
+            (false, true) => {
+                let _ = write!(for_model, "\n\n[Cut: the page goes on past the {read} bytes lathe read.");
+            }
+        }
+        if cut && max_bytes < limits.fetch_max_bytes {
+            let _ = write!(for_model, " Fetch again with max_bytes up to {} to see more.", limits.fetch_max_bytes);
+        }
         if cut || self.cut_short {
-            for_model.push_str("\n\n[");
-            if self.cut_short {
-                let _ = write!(for_model, "The page is longer than the {} bytes lathe reads. ", self.read);
-            }
-            if cut {
-                let _ = write!(for_model, "Cut: showing the first {} of {total} bytes of text.", text.len());
-                if max_bytes < limits.fetch_max_bytes {
-                    let _ =
-                        write!(for_model, " Fetch again with max_bytes up to {} to see more.", limits.fetch_max_bytes);
-                }
-            }
             for_model.push(']');
         }
         let size =
@@ -623,7 +632,12 @@ async fn fetch_page(first: Url, trust: &HostTrust, limits: &ToolLimits, max_byte
     };
     let kind = declared.unwrap_or_else(|| sniff(&body));
     if kind == Kind::Binary {
-        return Err(binary(&url, &content_type, response.content_length()));
+        if status.is_success() {
+            return Err(binary(&url, &content_type, response.content_length()));
+        }
+        // An error status whose body is no text: the status says it all.
+        body.clear();
+        more = false;
     }
     let wanted = if !status.is_success() {
         ERROR_PAGE_BYTES * 8
