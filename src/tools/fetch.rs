@@ -626,9 +626,11 @@ async fn fetch_page(first: Url, trust: &HostTrust, limits: &ToolLimits, max_byte
     if declared == Some(Kind::Binary) && status.is_success() {
         return Err(binary(&url, &content_type, response.content_length()));
     }
-    let (mut body, mut more) = match declared {
-        Some(_) => (Vec::new(), true),
-        None => read_capped(&mut response, Vec::new(), SNIFF_BYTES, limits.fetch_idle_timeout).await?,
+    let idle = limits.fetch_idle_timeout;
+    let mut body = Vec::new();
+    let mut ended = match declared {
+        Some(_) => false,
+        None => read_at_least(&mut response, &mut body, SNIFF_BYTES, idle).await?,
     };
     let kind = declared.unwrap_or_else(|| sniff(&body));
     if kind == Kind::Binary {
@@ -637,7 +639,7 @@ async fn fetch_page(first: Url, trust: &HostTrust, limits: &ToolLimits, max_byte
         }
         // An error status whose body is no text: the status says it all.
         body.clear();
-        more = false;
+        ended = true;
     }
     let wanted = if !status.is_success() {
         ERROR_PAGE_BYTES * 8
@@ -648,10 +650,13 @@ async fn fetch_page(first: Url, trust: &HostTrust, limits: &ToolLimits, max_byte
             Kind::Text | Kind::Binary => max_bytes + 4,
         }
     };
-    if more {
-        (body, more) = read_capped(&mut response, body, wanted, limits.fetch_idle_timeout).await?;
+    if !ended {
+        // One byte past the cap tells whether the page goes on.
+        ended = read_at_least(&mut response, &mut body, wanted + 1, idle).await?;
     }
     drop(response);
+    let more = !ended || body.len() > wanted;
+    body.truncate(wanted);
     let read = body.len();
     let text = decode(&body, &content_type);
     let (title, text) = match kind {
@@ -687,16 +692,16 @@ fn binary(url: &Url, content_type: &str, length: Option<u64>) -> Failure {
     ))
 }
 
-/// Reads the body onto `body` until it holds `cap` bytes or ends. Returns it
-/// and whether more was left unread.
-async fn read_capped(
+/// Reads the body onto `body`, whole chunks, until it holds at least `want`
+/// bytes or ends. Returns whether it ended.
+async fn read_at_least(
     response: &mut reqwest::Response,
-    mut body: Vec<u8>,
-    cap: usize,
+    body: &mut Vec<u8>,
+    want: usize,
     idle: Duration,
-) -> Result<(Vec<u8>, bool), Failure> {
-    loop {
-        let chunk = match tokio::time::timeout(idle, response.chunk()).await {
+) -> Result<bool, Failure> {
+    while body.len() < want {
+        match tokio::time::timeout(idle, response.chunk()).await {
             Err(_) => {
                 return Err(Failure::new(format!(
                     "the server sent nothing for {} s while sending the page; gave up.",
@@ -704,16 +709,11 @@ async fn read_capped(
                 )));
             }
             Ok(Err(err)) => return Err(Failure::new(format!("the page broke off: {}", chain(&err)))),
-            Ok(Ok(None)) => return Ok((body, false)),
-            Ok(Ok(Some(chunk))) => chunk,
-        };
-        let room = cap.saturating_sub(body.len());
-        if chunk.len() > room {
-            body.extend_from_slice(&chunk[..room]);
-            return Ok((body, true));
+            Ok(Ok(None)) => return Ok(true),
+            Ok(Ok(Some(chunk))) => body.extend_from_slice(&chunk),
         }
-        body.extend_from_slice(&chunk);
     }
+    Ok(false)
 }
 
 /// The failure of sending a request, in words the model can act on.

@@ -253,14 +253,17 @@ async fn a_20_mb_page_is_capped_and_not_downloaded_whole() {
     assert!(!big.finished && big.bytes < size / 2, "the rest was never read: {big:?}");
 }
 
-/// Binaries are refused with a clear message, by type or by content.
+/// Binaries are refused with a clear message, by type or by content; a body
+/// of no useful type that is text is read whole.
 #[tokio::test]
 async fn a_binary_is_refused() {
     let (mut h, web, session) = start("").await;
     let png = Bytes::from_static(b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0\x1f\x15\xc4\x89");
     web.route("/logo.png", Route::ok("image/png", png.clone()));
     web.route("/blob", Route::ok("application/octet-stream", png));
-    script_fetches(&h, &[&web.url("/logo.png"), &web.url("/blob")]);
+    let notes: String = (1..=500).map(|n| format!("note {n}\n")).collect();
+    web.route("/notes", Route::ok("application/octet-stream", notes.clone()));
+    script_fetches(&h, &[&web.url("/logo.png"), &web.url("/blob"), &web.url("/notes")]);
     let (before, _, _) = run(&mut h, &session, &[Permission::Select("allow_always")]).await;
     let result = told(&h, 0);
     assert!(result.contains(&format!("{} is not text (image/png", web.url("/logo.png"))), "{result}");
@@ -268,6 +271,7 @@ async fn a_binary_is_refused() {
     assert!(told(&h, 1).contains("is not text (application/octet-stream"), "{}", told(&h, 1));
     assert_eq!(final_status(&before, "call_0"), "failed");
     assert_eq!(final_status(&before, "call_1"), "failed");
+    assert!(told(&h, 2).ends_with(&format!("\n{notes}")), "all of it, in order: {}", told(&h, 2));
 }
 
 /// Cancelling while a page trickles in answers `cancelled` and drops the
