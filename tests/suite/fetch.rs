@@ -321,3 +321,24 @@ async fn fetch_can_be_turned_off() {
     assert_eq!(final_status(&before, "call_0"), "failed");
     assert!(web.requests().is_empty());
 }
+
+/// A proxy named in the environment carries the request, even one on
+/// loopback: it is the user's own configuration, not a page's doing.
+#[tokio::test]
+async fn the_proxy_from_the_environment_is_used() {
+    let web = WebServer::start().await;
+    let proxy = format!("http://localhost:{}", web.port());
+    // The mock model stays direct; the page's host (reserved, never in DNS) goes through the proxy.
+    let envs =
+        [("http_proxy", proxy.as_str()), ("HTTP_PROXY", &proxy), ("no_proxy", "127.0.0.1"), ("NO_PROXY", "127.0.0.1")];
+    let mut h = Harness::with_config_and_env("", &envs).await;
+    let session = h.session().await;
+    web.route("/page", Route::ok("text/plain", "served by the proxy"));
+    script_fetches(&h, &["http://docs.example.test/page"]);
+    let (before, _, _) = run(&mut h, &session, &[Permission::Select("allow_once")]).await;
+    let result = told(&h, 0);
+    assert!(result.starts_with("URL: http://docs.example.test/page"), "{result}");
+    assert!(result.ends_with("served by the proxy"), "{result}");
+    assert_eq!(final_status(&before, "call_0"), "completed");
+    assert_eq!(web.requests(), ["/page"]);
+}
