@@ -144,11 +144,17 @@ impl Server {
         let approver = ClientApprover { outbox: self.outbox.clone(), session_id };
         let roots = session.roots();
         let network = &self.config.network;
+        let defaults = ToolLimits::default();
+        // A page's text fits in what the history keeps of a tool result (with
+        // room for fetch's header lines), so its head is kept whole.
+        let page_room = self.config.context.max_tool_output_bytes.saturating_sub(1024).max(512);
         let limits = ToolLimits {
+            fetch_default_bytes: defaults.fetch_default_bytes.min(page_room),
+            fetch_max_bytes: defaults.fetch_max_bytes.min(page_room),
             fetch_connect_timeout: network.connect_timeout,
             fetch_timeout: network.response_timeout,
             fetch_idle_timeout: network.stream_idle_timeout,
-            ..ToolLimits::default()
+            ..defaults
         };
         let external = session.external_tools();
         let runner = Turn {

@@ -342,3 +342,19 @@ async fn the_proxy_from_the_environment_is_used() {
     assert_eq!(final_status(&before, "call_0"), "completed");
     assert_eq!(web.requests(), ["/page"]);
 }
+
+/// With a small `[context] max_tool_output_bytes`, the page is cut to fit
+/// it: the model gets the head and the note, not a head and tail glued
+/// together by the history's own trimming.
+#[tokio::test]
+async fn the_cap_fits_what_the_history_keeps() {
+    let (mut h, web, session) = start("[context]\nmax_tool_output_bytes = 4096\n").await;
+    let text: String = (1..=2000).map(|n| format!("line {n}\n")).collect();
+    web.route("/long.txt", Route::ok("text/plain", text));
+    script_fetches(&h, &[&web.url("/long.txt")]);
+    run(&mut h, &session, &[Permission::Select("allow_once")]).await;
+    let result = told(&h, 0);
+    assert!(result.len() <= 4096 && !result.contains("omitted from the middle"), "{result}");
+    assert!(result.contains("line 1\nline 2\n"), "{result}");
+    assert!(result.contains("[Cut: showing the first 30"), "{result}");
+}
