@@ -25,9 +25,9 @@
 //!   they are dispatched in the order they came, as if they had arrived just
 //!   after the load's response. So a pipelined prompt runs on the loaded
 //!   history, a mode set after the load is not undone by it, a cancel after a
-//!   waiting prompt cancels that prompt (which then answers `cancelled`
-//!   without reaching the model), and a close during a load closes the
-//!   loaded session once the load has answered.
+//!   waiting prompt cancels that prompt (which answers `cancelled`), and a
+//!   close during a load closes the loaded session once the load has
+//!   answered.
 //! - Changes on disk happen in arrival order, because they are all queued on
 //!   the store's one writer thread as their request is dispatched (creating a
 //!   session, its metadata, closing its log, deleting it), and a read (load,
