@@ -183,12 +183,12 @@ impl Server {
         self.tasks.spawn(async move {
             let _over = over;
             match server.restore(&session_id, &store, placement, replaced, replay).await {
-                Ok(session) => {
+                Ok((session, commands)) => {
                     let response = LoadSessionResponse::new()
-                        .modes(options::mode_state(&session.0))
-                        .config_options(options::config_options(&server.config, &session.0));
+                        .modes(options::mode_state(&session))
+                        .config_options(options::config_options(&server.config, &session));
                     server.outbox.respond_ok(&id, &response);
-                    server.send_commands(&session.0, session.1);
+                    server.send_commands(&session, commands);
                 }
                 Err(error) => server.outbox.respond_err(&id, &error),
             }
@@ -211,19 +211,27 @@ impl Server {
         }
         // Every record queued so far must be on disk before it is read back.
         store.written().wait().await;
+        // The parse, the transcript and the replay are all work in proportion
+        // to the log: none of it on the async threads.
         let reading = {
             let (store, id) = (Arc::clone(store), Arc::clone(&session_id.0));
             let (cwd, user_dir) = (placement.cwd.clone(), self.config.user_dir.clone());
-            tokio::task::spawn_blocking(move || (store.load(&id), workspace_files(&cwd, user_dir.as_deref())))
+            tokio::task::spawn_blocking(move || {
+                let stored = store.load(&id).map(|stored| {
+                    let transcript = recover_transcript(&stored.records);
+                    let lines = if replay == Replay::Yes { replay_lines(&stored.records) } else { Vec::new() };
+                    (stored.meta, transcript, lines)
+                });
+                (stored, workspace_files(&cwd, user_dir.as_deref()))
+            })
         };
         let (stored, files) = reading
             .await
             .map_err(|err| RpcError::new(super::INTERNAL_ERROR, format!("Cannot load session {session_id}: {err}")))?;
-        let stored = stored.map_err(|err| match err {
+        let (mut meta, transcript, replayed) = stored.map_err(|err| match err {
             StoreError::NotFound(_) => session_not_found(session_id),
             other => RpcError::new(super::INTERNAL_ERROR, format!("Cannot load session {session_id}: {other}")),
         })?;
-        let mut meta = stored.meta.clone();
         let mut placement = placement;
         placement.created_at.clone_from(&meta.created_at);
         let model_key = meta
@@ -240,13 +248,11 @@ impl Server {
         meta.additional_directories = placement.additional_directories.clone();
         store.save_meta_later(meta.clone());
         let journal = Journal::new(Arc::clone(store), Arc::clone(&session_id.0));
-        let start = Start { messages: recover_transcript(&stored.records), choices, mode, journal: Some(journal) };
+        let start = Start { messages: transcript, choices, mode, journal: Some(journal) };
         let session = self.open_session(Arc::clone(&session_id.0), placement, start, &files.instructions);
-        session.set_title(meta.title.clone());
-        if replay == Replay::Yes {
-            for line in replay_lines(&stored.records) {
-                self.outbox.send_encoded(line);
-            }
+        session.set_title(meta.title);
+        for line in replayed {
+            self.outbox.send_encoded(line);
         }
         Ok((session, files.commands))
     }
