@@ -398,7 +398,11 @@ impl Writer {
 pub struct LineReader<R> {
     reader: R,
     max_bytes: usize,
+    /// The line read so far: kept here, not in the future, so a
+    /// [`LineReader::next_line`] dropped half-way loses nothing.
     line: Vec<u8>,
+    /// Bytes of an oversized line thrown away so far.
+    discarded: usize,
 }
 
 /// One line read from the peer.
@@ -413,21 +417,27 @@ pub enum Line {
 impl<R: AsyncBufRead + Unpin> LineReader<R> {
     /// Wraps a buffered reader.
     pub fn new(reader: R, max_bytes: usize) -> Self {
-        Self { reader, max_bytes, line: Vec::new() }
+        Self { reader, max_bytes, line: Vec::new(), discarded: 0 }
     }
 
     /// The next line, `None` at end of stream. A final line without a
     /// terminator still counts.
+    ///
+    /// Cancel-safe: its only wait is `fill_buf`, which reads nothing when it
+    /// is dropped, and what was taken from the buffer before is kept in
+    /// `self`, so the next call goes on where this one stopped.
     pub async fn next_line(&mut self) -> std::io::Result<Option<Line>> {
-        self.line.clear();
-        let mut discarded = 0usize;
         loop {
             let available = self.reader.fill_buf().await?;
             if available.is_empty() {
+                let discarded = std::mem::take(&mut self.discarded);
                 return Ok(match (discarded, self.line.is_empty()) {
                     (0, true) => None,
                     (0, false) => Some(Line::Complete(std::mem::take(&mut self.line))),
-                    (n, _) => Some(Line::TooLong(n)),
+                    (n, _) => {
+                        self.line.clear();
+                        Some(Line::TooLong(n))
+                    }
                 });
             }
             let (chunk, found_newline) = match available.iter().position(|&b| b == b'\n') {
@@ -435,16 +445,16 @@ impl<R: AsyncBufRead + Unpin> LineReader<R> {
                 None => (available, false),
             };
             let consumed = chunk.len() + usize::from(found_newline);
-            if discarded > 0 || self.line.len() + chunk.len() > self.max_bytes {
-                discarded += self.line.len() + chunk.len();
+            if self.discarded > 0 || self.line.len() + chunk.len() > self.max_bytes {
+                self.discarded += self.line.len() + chunk.len();
                 self.line = Vec::new();
             } else {
                 self.line.extend_from_slice(chunk);
             }
             self.reader.consume(consumed);
             if found_newline {
-                if discarded > 0 {
-                    return Ok(Some(Line::TooLong(discarded)));
+                if self.discarded > 0 {
+                    return Ok(Some(Line::TooLong(std::mem::take(&mut self.discarded))));
                 }
                 if self.line.last() == Some(&b'\r') {
                     self.line.pop();
@@ -570,6 +580,25 @@ mod tests {
         assert_eq!(reader.next_line().await.unwrap(), Some(Line::TooLong(100_000)));
         assert_eq!(reader.next_line().await.unwrap(), Some(Line::Complete(b"ok".to_vec())));
         assert_eq!(reader.next_line().await.unwrap(), None);
+    }
+
+    /// A `next_line` dropped half-way through a line (the reader's select
+    /// picked another branch) loses none of it.
+    #[tokio::test]
+    async fn next_line_is_cancel_safe() {
+        use tokio::io::AsyncWriteExt as _;
+        let (mut client, agent) = tokio::io::duplex(64);
+        let mut reader = LineReader::new(tokio::io::BufReader::new(agent), 4096);
+        client.write_all(b"{\"half\":").await.unwrap();
+        for _ in 0..3 {
+            tokio::select! {
+                biased;
+                line = reader.next_line() => panic!("no line is complete yet: {line:?}"),
+                () = tokio::task::yield_now() => {}
+            }
+        }
+        client.write_all(b"1}\n").await.unwrap();
+        assert_eq!(reader.next_line().await.unwrap(), Some(Line::Complete(b"{\"half\":1}".to_vec())));
     }
 
     fn classify_str(line: &str) -> Classified {

@@ -341,6 +341,12 @@ impl Session {
         self.token.cancel();
     }
 
+    /// Waits until no turn holds the conversation: after a cancel, until
+    /// the running turn has wound down (and queued its last records).
+    pub async fn idle(&self) {
+        drop(self.conversation.lock().await);
+    }
+
     /// Takes the conversation while no turn runs (for replay and commands
     /// outside a turn). `None` while a turn holds it.
     pub fn try_conversation(&self) -> Option<tokio::sync::MutexGuard<'_, Conversation>> {
@@ -398,8 +404,13 @@ impl QueuedTurn {
                 () = moved => {}
             }
         }
-        // The previous turn releases the conversation a moment after it lets us go.
-        let conversation = Arc::clone(&self.session.conversation).lock_owned().await;
+        // The previous turn releases the conversation a moment after it lets
+        // us go. A cancel while we wait for it still means "never started".
+        let conversation = tokio::select! {
+            biased;
+            () = self.token.cancelled() => return None,
+            conversation = Arc::clone(&self.session.conversation).lock_owned() => conversation,
+        };
         self.handed_over = true;
         Some(TurnGuard {
             session: Arc::clone(&self.session),
@@ -524,6 +535,25 @@ mod tests {
         assert!(!session.is_busy());
         let next = session.enqueue_turn().start().await.unwrap();
         assert!(!next.token().is_cancelled());
+    }
+
+    /// A turn whose number has come but whose conversation is still held
+    /// (by the turn before, winding down) is cancelled, not started.
+    #[tokio::test]
+    async fn a_turn_cancelled_while_the_conversation_is_held_never_starts() {
+        let session = session();
+        let held = Arc::clone(&session.conversation).lock_owned().await;
+        let queued = session.enqueue_turn();
+        let token = queued.token().clone();
+        let waiting = tokio::spawn(queued.start());
+        tokio::task::yield_now().await;
+        session.cancel_turns();
+        assert!(token.is_cancelled());
+        let started = tokio::time::timeout(std::time::Duration::from_secs(5), waiting).await;
+        assert!(started.expect("the cancelled turn gives up at once").unwrap().is_none());
+        drop(held);
+        assert!(!session.is_busy());
+        tokio::time::timeout(std::time::Duration::from_secs(5), session.idle()).await.unwrap();
     }
 
     #[tokio::test]

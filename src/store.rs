@@ -10,23 +10,36 @@
 //! or kill can only tear the last line; a torn or unreadable line is skipped
 //! with a warning on load and the rest of the log is kept.
 //!
-//! Appends go through one background writer thread, which batches whatever is
-//! queued and flushes after each batch, so a turn never waits on the disk and
-//! a kill loses at most the records still in the queue. `meta.json` is
-//! replaced atomically (temporary file, then rename).
+//! Every change goes through one background writer thread, in the order it
+//! was asked for: appends (batched: whatever is queued is written with one
+//! system call per log), session creation, metadata (replaced atomically:
+//! temporary file, then rename), close and delete. So a turn never waits on
+//! the disk, a kill loses at most what is still queued, and a reader that
+//! first waits for [`Store::written`] sees every change asked for before it.
+//! Reads (load, list) block, and are for callers off the async threads.
+//!
+//! Honest about what it keeps: everything is private to the user (0700
+//! directories, 0600 files); the writer holds at most [`MAX_OPEN_LOGS`] logs
+//! open and closes one idle for [`IDLE_LOG`]; an append that fails (a full
+//! disk) is cut off again so the log still ends on a whole line, and the
+//! failure is reported once per session through the [`FailureSink`] the
+//! store was opened with; and [`Store::open`] fails unless it can really
+//! write, so a caller knows up front when nothing will be saved.
 //!
 //! This module knows the record shapes (opaque update JSON, [`Message`]s) but
 //! nothing of ACP semantics or the turn loop.
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tokio::sync::oneshot;
 
 use crate::model::Message;
 
@@ -93,6 +106,9 @@ pub enum StoreError {
         /// Why.
         source: std::io::Error,
     },
+    /// The writer thread is gone (the store is shutting down).
+    #[error("the session store has stopped")]
+    Stopped,
     /// A file could not be understood.
     #[error("{path}: {message}")]
     Corrupt {
@@ -127,6 +143,19 @@ impl StoredSession {
     }
 }
 
+/// Something the store could not save, for the user to hear of: the writer
+/// reports at most one per session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SaveFailure {
+    /// The session whose records or metadata were not saved.
+    pub session_id: String,
+    /// Why, as the operating system put it.
+    pub error: String,
+}
+
+/// Where the writer thread reports a [`SaveFailure`]; called on that thread.
+pub type FailureSink = Box<dyn Fn(SaveFailure) + Send>;
+
 /// The sessions directory and its writer thread.
 pub struct Store {
     root: PathBuf,
@@ -135,14 +164,28 @@ pub struct Store {
 
 enum WriterCommand {
     Append { dir: PathBuf, line: Vec<u8> },
+    Create { meta: Box<SessionMeta>, dir: PathBuf, done: oneshot::Sender<Result<(), StoreError>> },
     SaveMeta(Box<SessionMeta>, PathBuf),
-    Close { dir: PathBuf },
-    Flush(mpsc::Sender<()>),
+    Close { dir: PathBuf, done: oneshot::Sender<()> },
+    Delete { dir: PathBuf, done: oneshot::Sender<Result<(), StoreError>> },
+    Written(oneshot::Sender<()>),
 }
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store").field("root", &self.root).finish_non_exhaustive()
+    }
+}
+
+/// Resolves once the writer has done everything queued before it was asked
+/// for (or has stopped).
+#[derive(Debug)]
+pub struct Written(oneshot::Receiver<()>);
+
+impl Written {
+    /// Waits for it.
+    pub async fn wait(self) {
+        let _ = self.0.await;
     }
 }
 
@@ -175,17 +218,54 @@ fn valid_id(id: &str) -> bool {
 const META_FILE: &str = "meta.json";
 const LOG_FILE: &str = "log.jsonl";
 
+/// Session data is the user's conversation with their code: only they may read it.
+const PRIVATE_DIR: u32 = 0o700;
+const PRIVATE_FILE: u32 = 0o600;
+
+/// At most this many session logs are open at once; opening another closes
+/// the one written longest ago.
+pub const MAX_OPEN_LOGS: usize = 16;
+
+/// A log not written for this long is closed (and reopened when needed).
+pub const IDLE_LOG: Duration = Duration::from_secs(30);
+
+/// Creates `dir` and any missing parents, each private.
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::DirBuilder::new().recursive(true).mode(PRIVATE_DIR).create(dir)
+}
+
+/// Takes group and other access away from `path`, if it has any.
+fn make_private(path: &Path, mode: u32) -> std::io::Result<()> {
+    let permissions = std::fs::metadata(path)?.permissions();
+    if permissions.mode() & 0o077 != 0 {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    }
+    Ok(())
+}
+
 impl Store {
-    /// Opens (creating if needed) the store under `data_dir/sessions`.
-    pub fn open(data_dir: &Path) -> Result<Store, StoreError> {
+    /// Opens (creating if needed) the store under `data_dir/sessions`, after
+    /// checking with a real write that sessions can be saved there. What the
+    /// writer later fails to save goes to `failures`.
+    pub fn open(data_dir: &Path, failures: FailureSink) -> Result<Store, StoreError> {
+        Store::open_on(data_dir, RealDisk, failures)
+    }
+
+    fn open_on<D: Disk>(data_dir: &Path, disk: D, failures: FailureSink) -> Result<Store, StoreError> {
         let root = data_dir.join("sessions");
-        std::fs::create_dir_all(&root).map_err(|source| StoreError::Io {
+        create_private_dir(&root).map_err(|source| StoreError::Io {
             action: "cannot create the sessions directory",
             path: root.clone(),
             source,
         })?;
+        // A directory made by an older lathe (0755): what is inside it is private once it is.
+        if let Err(err) = make_private(&root, PRIVATE_DIR) {
+            tracing::warn!(path = %root.display(), %err, "cannot make the sessions directory private");
+        }
+        probe(&root).map_err(|source| StoreError::Io { action: "cannot write in", path: root.clone(), source })?;
         let (writer, commands) = mpsc::channel();
-        std::thread::Builder::new().name("lathe-store".to_owned()).spawn(move || run_writer(&commands)).map_err(
+        let thread = Writer { disk, logs: OpenLogs::new(MAX_OPEN_LOGS, IDLE_LOG), failures, reported: HashSet::new() };
+        std::thread::Builder::new().name("lathe-store".to_owned()).spawn(move || thread.run(&commands)).map_err(
             |source| StoreError::Io { action: "cannot start the store writer for", path: root.clone(), source },
         )?;
         Ok(Store { root, writer })
@@ -195,37 +275,22 @@ impl Store {
         if valid_id(id) { Ok(self.root.join(id)) } else { Err(StoreError::NotFound(id.to_owned())) }
     }
 
-    /// Creates a session's directory and writes its metadata.
-    pub fn create(&self, meta: &SessionMeta) -> Result<(), StoreError> {
-        let dir = self.dir(&meta.session_id)?;
-        std::fs::create_dir_all(&dir).map_err(|source| StoreError::Io {
-            action: "cannot create the session directory",
-            path: dir.clone(),
-            source,
-        })?;
-        self.save_meta(meta)
+    fn send(&self, command: WriterCommand) {
+        // The writer stops only when the store is dropped.
+        let _ = self.writer.send(command);
     }
 
-    /// Replaces a session's metadata atomically.
-    pub fn save_meta(&self, meta: &SessionMeta) -> Result<(), StoreError> {
-        let dir = self.dir(&meta.session_id)?;
-        let path = dir.join(META_FILE);
-        let io = |action: &'static str| {
-            let path = path.clone();
-            move |source| StoreError::Io { action, path, source }
-        };
-        let mut file = tempfile::NamedTempFile::new_in(&dir).map_err(io("cannot write"))?;
-        serde_json::to_writer_pretty(&mut file, meta).map_err(|err| StoreError::Io {
-            action: "cannot write",
-            path: path.clone(),
-            source: err.into(),
-        })?;
-        file.persist(&path).map_err(|err| StoreError::Io {
-            action: "cannot replace",
-            path: path.clone(),
-            source: err.error,
-        })?;
-        Ok(())
+    /// Creates a session's directory and writes its metadata, on the writer
+    /// thread: queued now, in order with everything else.
+    pub fn create(&self, meta: &SessionMeta) -> impl Future<Output = Result<(), StoreError>> + Send + 'static {
+        let (done, result) = oneshot::channel();
+        match self.dir(&meta.session_id) {
+            Ok(dir) => self.send(WriterCommand::Create { meta: Box::new(meta.clone()), dir, done }),
+            Err(err) => {
+                let _ = done.send(Err(err));
+            }
+        }
+        async move { result.await.unwrap_or(Err(StoreError::Stopped)) }
     }
 
     /// Queues records for appending to a session's log.
@@ -251,26 +316,53 @@ impl Store {
 
     fn append_line(&self, dir: PathBuf, mut line: Vec<u8>) {
         line.push(b'\n');
-        let _ = self.writer.send(WriterCommand::Append { dir, line });
+        self.send(WriterCommand::Append { dir, line });
     }
 
     /// Queues a metadata update for the writer thread: callers (a turn
     /// answering its prompt, say) never wait on the disk.
     pub fn save_meta_later(&self, meta: SessionMeta) {
         if let Ok(dir) = self.dir(&meta.session_id) {
-            let _ = self.writer.send(WriterCommand::SaveMeta(Box::new(meta), dir));
+            self.send(WriterCommand::SaveMeta(Box::new(meta), dir));
         }
     }
 
-    /// Waits (at most `timeout`) until everything queued so far is on disk.
-    pub fn flush(&self, timeout: Duration) {
-        let (done, wait) = mpsc::channel();
-        if self.writer.send(WriterCommand::Flush(done)).is_ok() && wait.recv_timeout(timeout).is_err() {
-            tracing::warn!("the session store did not finish writing in time");
-        }
+    /// Everything queued so far, written: wait for this before reading
+    /// back what was queued (a load, a list).
+    pub fn written(&self) -> Written {
+        let (done, written) = oneshot::channel();
+        self.send(WriterCommand::Written(done));
+        Written(written)
     }
 
-    /// Reads a session's metadata only.
+    /// Writes what is queued for a session's log and closes the log (a later
+    /// record opens it again). Resolves once it is closed.
+    pub fn close(&self, id: &str) -> Written {
+        let (done, written) = oneshot::channel();
+        match self.dir(id) {
+            Ok(dir) => self.send(WriterCommand::Close { dir, done }),
+            Err(_) => {
+                let _ = done.send(());
+            }
+        }
+        Written(written)
+    }
+
+    /// Deletes a session from disk, on the writer thread (so nothing queued
+    /// earlier lands after it); deleting a missing session succeeds.
+    pub fn delete(&self, id: &str) -> impl Future<Output = Result<(), StoreError>> + Send + 'static {
+        let (done, result) = oneshot::channel();
+        match self.dir(id) {
+            Ok(dir) => self.send(WriterCommand::Delete { dir, done }),
+            Err(_) => {
+                let _ = done.send(Ok(()));
+            }
+        }
+        async move { result.await.unwrap_or(Err(StoreError::Stopped)) }
+    }
+
+    /// Reads a session's metadata only. Blocking: call it off the async
+    /// threads, after [`Store::written`] if it must see what was queued.
     pub fn load_meta(&self, id: &str) -> Result<SessionMeta, StoreError> {
         let path = self.dir(id)?.join(META_FILE);
         let text = match std::fs::read_to_string(&path) {
@@ -281,12 +373,11 @@ impl Store {
         serde_json::from_str(&text).map_err(|err| StoreError::Corrupt { path, message: err.to_string() })
     }
 
-    /// Loads a session: metadata and every readable log record.
+    /// Loads a session: metadata and every readable log record. Blocking,
+    /// like [`Store::load_meta`].
     pub fn load(&self, id: &str) -> Result<StoredSession, StoreError> {
         let dir = self.dir(id)?;
         let meta = self.load_meta(id)?;
-        // Everything queued for this session must be on disk before reading it back.
-        self.flush(Duration::from_secs(2));
         let log_path = dir.join(LOG_FILE);
         let records = match File::open(&log_path) {
             Ok(file) => read_log(&log_path, file),
@@ -296,11 +387,16 @@ impl Store {
         Ok(StoredSession { meta, records })
     }
 
-    /// Every stored session's metadata (unreadable ones are skipped with a warning).
+    /// Every stored session's metadata (unreadable ones are skipped with a
+    /// warning). Blocking, like [`Store::load_meta`].
     pub fn list(&self) -> Vec<SessionMeta> {
         let Ok(entries) = std::fs::read_dir(&self.root) else { return Vec::new() };
         let mut sessions = Vec::new();
         for entry in entries.flatten() {
+            // Session directories only (not a stray temporary file).
+            if !entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+                continue;
+            }
             let path = entry.path().join(META_FILE);
             match std::fs::read_to_string(&path) {
                 Ok(text) => match serde_json::from_str::<SessionMeta>(&text) {
@@ -313,22 +409,14 @@ impl Store {
         }
         sessions
     }
+}
 
-    /// Deletes a session from disk; deleting a missing session succeeds.
-    pub fn delete(&self, id: &str) -> Result<(), StoreError> {
-        let Ok(dir) = self.dir(id) else { return Ok(()) };
-        let (done, wait) = mpsc::channel();
-        let _ = self.writer.send(WriterCommand::Close { dir: dir.clone() });
-        // Let the writer drop its handle before the directory goes.
-        if self.writer.send(WriterCommand::Flush(done)).is_ok() {
-            let _ = wait.recv_timeout(Duration::from_secs(2));
-        }
-        match std::fs::remove_dir_all(&dir) {
-            Ok(()) => Ok(()),
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(source) => Err(StoreError::Io { action: "cannot delete", path: dir, source }),
-        }
-    }
+/// Proves that files can be created and written in `root` (a directory can
+/// exist and still refuse writes: a read-only mount, wrong ownership).
+fn probe(root: &Path) -> std::io::Result<()> {
+    let mut file = tempfile::Builder::new().prefix(".lathe-probe-").tempfile_in(root)?;
+    file.write_all(b"lathe can write here\n")?;
+    file.flush()
 }
 
 fn read_log(path: &Path, file: File) -> Vec<Record> {
@@ -367,77 +455,275 @@ fn read_log(path: &Path, file: File) -> Vec<Record> {
     records
 }
 
-fn write_meta(dir: &Path, meta: &SessionMeta) -> Result<(), StoreError> {
-    let path = dir.join(META_FILE);
-    let io = |action: &'static str| {
-        let path = path.clone();
-        move |source| StoreError::Io { action, path, source }
-    };
-    let bytes = serde_json::to_vec_pretty(meta).map_err(|err| io("cannot write")(err.into()))?;
-    let mut file = tempfile::NamedTempFile::new_in(dir).map_err(io("cannot write"))?;
-    file.write_all(&bytes).map_err(io("cannot write"))?;
-    file.persist(&path).map_err(|err| io("cannot replace")(err.error))?;
+/// Replaces a session's metadata atomically (a private temporary file, then rename).
+fn write_meta(dir: &Path, meta: &SessionMeta) -> std::io::Result<()> {
+    let bytes = serde_json::to_vec_pretty(meta)?;
+    // tempfile creates its files 0600, and the rename keeps that.
+    let mut file = tempfile::NamedTempFile::new_in(dir)?;
+    file.write_all(&bytes)?;
+    file.persist(dir.join(META_FILE)).map_err(|err| err.error)?;
     Ok(())
 }
 
-/// The writer thread. Whatever is queued is taken in one go: lines for the
-/// same log are joined and written with one system call per log, then
-/// pending metadata is saved, then waiters are told.
-fn run_writer(commands: &mpsc::Receiver<WriterCommand>) {
-    let mut files: HashMap<PathBuf, File> = HashMap::new();
-    let mut batches: Vec<(PathBuf, Vec<u8>)> = Vec::new();
-    while let Ok(first) = commands.recv() {
-        let mut waiting = Vec::new();
-        let mut next = Some(first);
-        while let Some(command) = next {
-            match command {
-                WriterCommand::Append { dir, line } => match batches.iter_mut().find(|(d, _)| *d == dir) {
-                    Some((_, batch)) => batch.extend_from_slice(&line),
-                    None => batches.push((dir, line)),
-                },
-                WriterCommand::SaveMeta(meta, dir) => {
-                    if let Err(err) = write_meta(&dir, &meta) {
-                        tracing::warn!(%err, "cannot save a session's metadata");
-                    }
-                }
-                WriterCommand::Close { dir } => {
-                    write_batches(&mut files, &mut batches);
-                    files.remove(&dir);
-                }
-                WriterCommand::Flush(done) => waiting.push(done),
-            }
-            next = commands.try_recv().ok();
+/// The writer's file system, as far as session logs go: the real one, and in
+/// tests one that runs out of space on cue.
+trait Disk: Send + 'static {
+    type Log: LogFile;
+    /// Opens (creating, private) a log for appending.
+    fn open_log(&self, path: &Path) -> std::io::Result<Self::Log>;
+}
+
+/// An open session log.
+trait LogFile: Send {
+    /// Its length in bytes.
+    fn len(&self) -> std::io::Result<u64>;
+    /// Whether its last byte (of `len`) is a newline.
+    fn ends_with_newline(&self, len: u64) -> std::io::Result<bool>;
+    /// Appends all of `bytes`, or fails having appended any part of them.
+    fn append(&mut self, bytes: &[u8]) -> std::io::Result<()>;
+    /// Cuts it back to `len` bytes.
+    fn truncate(&mut self, len: u64) -> std::io::Result<()>;
+}
+
+struct RealDisk;
+
+impl Disk for RealDisk {
+    type Log = File;
+
+    fn open_log(&self, path: &Path) -> std::io::Result<File> {
+        let file = OpenOptions::new().create(true).append(true).mode(PRIVATE_FILE).open(path)?;
+        // A log written by an older lathe (0644).
+        if file.metadata()?.permissions().mode() & 0o077 != 0 {
+            file.set_permissions(std::fs::Permissions::from_mode(PRIVATE_FILE))?;
         }
-        write_batches(&mut files, &mut batches);
-        for done in waiting {
-            let _ = done.send(());
-        }
+        Ok(file)
     }
 }
 
-fn write_batches(files: &mut HashMap<PathBuf, File>, batches: &mut Vec<(PathBuf, Vec<u8>)>) {
-    for (dir, bytes) in batches.drain(..) {
-        let file = match files.entry(dir) {
-            std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
-            std::collections::hash_map::Entry::Vacant(entry) => {
-                match OpenOptions::new().create(true).append(true).open(entry.key().join(LOG_FILE)) {
-                    Ok(file) => entry.insert(file),
-                    Err(err) => {
-                        tracing::warn!(path = %entry.key().display(), %err, "cannot open a session log");
-                        continue;
-                    }
+impl LogFile for File {
+    fn len(&self) -> std::io::Result<u64> {
+        Ok(self.metadata()?.len())
+    }
+
+    fn ends_with_newline(&self, len: u64) -> std::io::Result<bool> {
+        let mut last = [0u8; 1];
+        self.read_exact_at(&mut last, len.saturating_sub(1))?;
+        Ok(last[0] == b'\n')
+    }
+
+    fn append(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.write_all(bytes)
+    }
+
+    fn truncate(&mut self, len: u64) -> std::io::Result<()> {
+        self.set_len(len)
+    }
+}
+
+/// One open log and what the writer knows of it.
+struct OpenLog<F> {
+    dir: PathBuf,
+    file: F,
+    last_used: Instant,
+    /// The file does not end with a newline (a tail torn by a crash, or by a
+    /// failed append that could not be cut off): the next append starts a
+    /// new line first, so its records are not glued to the torn one.
+    torn: bool,
+}
+
+/// The logs the writer holds open: at most `capacity`, none idle longer than `idle`.
+struct OpenLogs<F> {
+    logs: Vec<OpenLog<F>>,
+    capacity: usize,
+    idle: Duration,
+}
+
+impl<F: LogFile> OpenLogs<F> {
+    fn new(capacity: usize, idle: Duration) -> Self {
+        Self { logs: Vec::new(), capacity: capacity.max(1), idle }
+    }
+
+    /// The log of session directory `dir`, opened with `open` if it is not open yet.
+    fn get(
+        &mut self,
+        dir: &Path,
+        now: Instant,
+        open: impl FnOnce(&Path) -> std::io::Result<F>,
+    ) -> std::io::Result<&mut OpenLog<F>> {
+        let at = match self.logs.iter().position(|log| log.dir == dir) {
+            Some(at) => at,
+            None => {
+                let file = open(&dir.join(LOG_FILE))?;
+                // Unknown (unreadable) counts as torn: an extra newline costs one blank line.
+                let torn = match file.len() {
+                    Ok(0) => false,
+                    Ok(len) => !file.ends_with_newline(len).unwrap_or(false),
+                    Err(_) => true,
+                };
+                if self.logs.len() >= self.capacity
+                    && let Some(oldest) =
+                        self.logs.iter().enumerate().min_by_key(|(_, log)| log.last_used).map(|(i, _)| i)
+                {
+                    self.logs.swap_remove(oldest);
                 }
+                self.logs.push(OpenLog { dir: dir.to_path_buf(), file, last_used: now, torn });
+                self.logs.len() - 1
             }
         };
-        // Whole lines only: a kill can tear at most the last line of a batch.
-        if let Err(err) = file.write_all(&bytes) {
-            tracing::warn!(%err, "cannot append to a session log");
+        let log = &mut self.logs[at];
+        log.last_used = now;
+        Ok(log)
+    }
+
+    fn close(&mut self, dir: &Path) {
+        self.logs.retain(|log| log.dir != dir);
+    }
+
+    fn close_idle(&mut self, now: Instant) {
+        let idle = self.idle;
+        self.logs.retain(|log| now.saturating_duration_since(log.last_used) < idle);
+    }
+
+    /// When the next log becomes idle, if any is open.
+    fn next_idle(&self) -> Option<Instant> {
+        self.logs.iter().map(|log| log.last_used + self.idle).min()
+    }
+}
+
+/// The writer thread's state.
+struct Writer<D: Disk> {
+    disk: D,
+    logs: OpenLogs<D::Log>,
+    failures: FailureSink,
+    /// Sessions whose failure has been reported: the user hears once.
+    reported: HashSet<PathBuf>,
+}
+
+impl<D: Disk> Writer<D> {
+    /// Whatever is queued is taken in one go: lines for the same log are
+    /// joined and written with one system call per log, other commands run
+    /// in order as they come, then waiters are told. Logs idle too long are
+    /// closed as time passes.
+    fn run(mut self, commands: &mpsc::Receiver<WriterCommand>) {
+        let mut batches: Vec<(PathBuf, Vec<u8>)> = Vec::new();
+        loop {
+            let first = match self.logs.next_idle() {
+                None => commands.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
+                Some(at) => commands.recv_timeout(at.saturating_duration_since(Instant::now())),
+            };
+            let first = match first {
+                Ok(command) => command,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    self.logs.close_idle(Instant::now());
+                    continue;
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            };
+            let mut waiting = Vec::new();
+            let mut next = Some(first);
+            while let Some(command) = next {
+                match command {
+                    WriterCommand::Append { dir, line } => match batches.iter_mut().find(|(d, _)| *d == dir) {
+                        Some((_, batch)) => batch.extend_from_slice(&line),
+                        None => batches.push((dir, line)),
+                    },
+                    WriterCommand::Create { meta, dir, done } => {
+                        let created = create_private_dir(&dir).and_then(|()| write_meta(&dir, &meta));
+                        let _ = done.send(created.map_err(|source| StoreError::Io {
+                            action: "cannot create the session",
+                            path: dir,
+                            source,
+                        }));
+                    }
+                    WriterCommand::SaveMeta(meta, dir) => match write_meta(&dir, &meta) {
+                        Ok(()) => {}
+                        // Deleted meanwhile.
+                        Err(err) if err.kind() == std::io::ErrorKind::NotFound && !dir.exists() => {}
+                        Err(err) => self.failed(&dir, "cannot save a session's metadata", &err),
+                    },
+                    WriterCommand::Close { dir, done } => {
+                        if let Some(at) = batches.iter().position(|(d, _)| *d == dir) {
+                            let (dir, bytes) = batches.swap_remove(at);
+                            self.append(&dir, &bytes);
+                        }
+                        self.logs.close(&dir);
+                        waiting.push(done);
+                    }
+                    WriterCommand::Delete { dir, done } => {
+                        batches.retain(|(d, _)| *d != dir);
+                        self.logs.close(&dir);
+                        let deleted = match std::fs::remove_dir_all(&dir) {
+                            Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
+                                Err(StoreError::Io { action: "cannot delete", path: dir, source: err })
+                            }
+                            _ => Ok(()),
+                        };
+                        let _ = done.send(deleted);
+                    }
+                    WriterCommand::Written(done) => waiting.push(done),
+                }
+                next = commands.try_recv().ok();
+            }
+            for (dir, bytes) in std::mem::take(&mut batches) {
+                self.append(&dir, &bytes);
+            }
+            self.logs.close_idle(Instant::now());
+            for done in waiting {
+                let _ = done.send(());
+            }
+        }
+    }
+
+    /// Appends one batch of whole lines to a session's log. A batch that
+    /// fails (a full disk) is cut off again, so the log still ends on a line
+    /// boundary and the next batch is read back whole.
+    fn append(&mut self, dir: &Path, bytes: &[u8]) {
+        let Self { disk, logs, .. } = self;
+        let log = match logs.get(dir, Instant::now(), |path| disk.open_log(path)) {
+            Ok(log) => log,
+            // The session was deleted (records of a turn that was still ending).
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound && !dir.exists() => return,
+            Err(err) => return self.failed(dir, "cannot open a session log", &err),
+        };
+        let before = log.file.len();
+        let written = if log.torn {
+            let mut separated = Vec::with_capacity(bytes.len() + 1);
+            separated.push(b'\n');
+            separated.extend_from_slice(bytes);
+            log.file.append(&separated)
+        } else {
+            log.file.append(bytes)
+        };
+        match written {
+            Ok(()) => log.torn = false,
+            Err(err) => {
+                // Cut back to where the batch began; if even that fails,
+                // the next batch starts on a line of its own.
+                let cut = before.and_then(|len| log.file.truncate(len));
+                if let Err(cut) = cut {
+                    tracing::warn!(dir = %dir.display(), err = %cut, "cannot cut a failed append off a session log");
+                    log.torn = true;
+                }
+                self.failed(dir, "cannot append to a session log", &err);
+            }
+        }
+    }
+
+    /// Logs a failure and reports it, once per session.
+    fn failed(&mut self, dir: &Path, what: &str, err: &std::io::Error) {
+        tracing::warn!(dir = %dir.display(), %err, "{what}");
+        if self.reported.insert(dir.to_path_buf()) {
+            let session_id = dir.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+            (self.failures)(SaveFailure { session_id, error: err.to_string() });
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+
     use super::*;
     use crate::model::UserPart;
 
@@ -459,17 +745,104 @@ mod tests {
         Message::User { parts: vec![UserPart::Text { text: text.into() }] }
     }
 
-    #[test]
-    fn round_trip_with_a_damaged_tail() {
+    /// A sink that keeps what it was told.
+    fn recording() -> (FailureSink, Arc<Mutex<Vec<SaveFailure>>>) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&seen);
+        (Box::new(move |failure| sink.lock().unwrap().push(failure)), seen)
+    }
+
+    fn ignore() -> FailureSink {
+        Box::new(|_| {})
+    }
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
+    /// A disk with a byte budget (what is left of it), where truncation can
+    /// be made to fail, that counts its open logs.
+    #[derive(Clone, Default)]
+    struct TestDisk {
+        budget: Arc<AtomicU64>,
+        truncate_fails: Arc<AtomicBool>,
+        open: Arc<AtomicUsize>,
+    }
+
+    struct TestLog {
+        file: File,
+        disk: TestDisk,
+    }
+
+    impl TestDisk {
+        fn with_room() -> Self {
+            let disk = TestDisk::default();
+            disk.budget.store(u64::MAX, Ordering::SeqCst);
+            disk
+        }
+    }
+
+    impl Disk for TestDisk {
+        type Log = TestLog;
+
+        fn open_log(&self, path: &Path) -> std::io::Result<TestLog> {
+            let file = RealDisk.open_log(path)?;
+            self.open.fetch_add(1, Ordering::SeqCst);
+            Ok(TestLog { file, disk: self.clone() })
+        }
+    }
+
+    impl Drop for TestLog {
+        fn drop(&mut self) {
+            self.disk.open.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    impl LogFile for TestLog {
+        fn len(&self) -> std::io::Result<u64> {
+            self.file.len()
+        }
+
+        fn ends_with_newline(&self, len: u64) -> std::io::Result<bool> {
+            self.file.ends_with_newline(len)
+        }
+
+        /// Writes what fits in the budget, as a full disk does, then fails.
+        fn append(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+            let room = usize::try_from(self.disk.budget.load(Ordering::SeqCst)).unwrap_or(usize::MAX);
+            let fits = bytes.len().min(room);
+            self.file.write_all(&bytes[..fits])?;
+            self.disk.budget.fetch_sub(fits as u64, Ordering::SeqCst);
+            if fits < bytes.len() {
+                return Err(std::io::Error::new(std::io::ErrorKind::StorageFull, "No space left on device"));
+            }
+            Ok(())
+        }
+
+        fn truncate(&mut self, len: u64) -> std::io::Result<()> {
+            if self.disk.truncate_fails.load(Ordering::SeqCst) {
+                return Err(std::io::Error::other("truncate refused"));
+            }
+            self.file.truncate(len)
+        }
+    }
+
+    fn log_lines(dir: &Path, id: &str) -> Vec<String> {
+        let text = std::fs::read_to_string(dir.join("sessions").join(id).join(LOG_FILE)).unwrap();
+        text.lines().map(str::to_owned).collect()
+    }
+
+    #[tokio::test]
+    async fn round_trip_with_a_damaged_tail() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
-        store.create(&meta("sess_a")).unwrap();
+        let store = Store::open(dir.path(), ignore()).unwrap();
+        store.create(&meta("sess_a")).await.unwrap();
         let update = serde_json::json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"sess_a"}});
         store.append("sess_a", &Record::Update(update.clone()));
         store.append("sess_a", &Record::Message(user("one")));
         store.append("sess_a", &Record::Reset(vec![user("summary")]));
         store.append("sess_a", &Record::Message(user("two")));
-        store.flush(Duration::from_secs(2));
+        store.close("sess_a").wait().await;
         // A torn last line, as a kill mid-write leaves it.
         let log = dir.path().join("sessions/sess_a/log.jsonl");
         let mut file = OpenOptions::new().append(true).open(&log).unwrap();
@@ -481,24 +854,181 @@ mod tests {
         assert_eq!(loaded.records.len(), 4);
         assert_eq!(loaded.records[0], Record::Update(update));
         assert_eq!(loaded.transcript(), vec![user("summary"), user("two")]);
+
+        // The next process appends after the torn line, not onto it.
+        store.append("sess_a", &Record::Message(user("three")));
+        store.written().wait().await;
+        let loaded = store.load("sess_a").unwrap();
+        assert_eq!(loaded.transcript(), vec![user("summary"), user("two"), user("three")]);
     }
 
-    #[test]
-    fn list_and_delete() {
+    #[tokio::test]
+    async fn list_and_delete() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
-        store.create(&meta("sess_1")).unwrap();
-        store.create(&meta("sess_2")).unwrap();
+        let (failures, seen) = recording();
+        let store = Store::open(dir.path(), failures).unwrap();
+        store.create(&meta("sess_1")).await.unwrap();
+        store.create(&meta("sess_2")).await.unwrap();
         store.append("sess_2", &Record::Message(user("x")));
         let mut ids: Vec<String> = store.list().into_iter().map(|m| m.session_id).collect();
         ids.sort();
         assert_eq!(ids, ["sess_1", "sess_2"]);
-        store.delete("sess_2").unwrap();
-        store.delete("sess_2").unwrap();
-        store.delete("never-existed").unwrap();
+        store.delete("sess_2").await.unwrap();
+        store.delete("sess_2").await.unwrap();
+        store.delete("never-existed").await.unwrap();
+        // A record of a turn still ending after the delete neither recreates
+        // the session nor counts as a failure.
+        store.append("sess_2", &Record::Message(user("late")));
+        store.written().wait().await;
+        assert!(seen.lock().unwrap().is_empty());
         assert_eq!(store.list().len(), 1);
         assert!(matches!(store.load("sess_2"), Err(StoreError::NotFound(_))));
         assert!(matches!(store.load("../etc"), Err(StoreError::NotFound(_))), "ids never escape the store");
+    }
+
+    /// Issue 11 defect 14: directories 0700, files 0600, an older 0755
+    /// sessions directory and 0644 log tightened.
+    #[tokio::test]
+    async fn session_files_are_private() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let old = data.join("sessions/sess_old");
+        std::fs::create_dir_all(&old).unwrap();
+        std::fs::set_permissions(data.join("sessions"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(old.join(LOG_FILE), b"").unwrap();
+        std::fs::set_permissions(old.join(LOG_FILE), std::fs::Permissions::from_mode(0o644)).unwrap();
+
+        let store = Store::open(&data, ignore()).unwrap();
+        store.create(&meta("sess_new")).await.unwrap();
+        store.append("sess_new", &Record::Message(user("secret")));
+        store.append("sess_old", &Record::Message(user("secret")));
+        store.save_meta_later(meta("sess_new"));
+        store.written().wait().await;
+        assert_eq!(mode(&data.join("sessions")), 0o700);
+        assert_eq!(mode(&data.join("sessions/sess_new")), 0o700);
+        assert_eq!(mode(&data.join("sessions/sess_new").join(LOG_FILE)), 0o600);
+        assert_eq!(mode(&data.join("sessions/sess_new").join(META_FILE)), 0o600);
+        assert_eq!(mode(&old.join(LOG_FILE)), 0o600);
+
+        let fresh = dir.path().join("fresh/lathe");
+        Store::open(&fresh, ignore()).unwrap();
+        assert_eq!(mode(&fresh), 0o700, "a data directory lathe creates");
+    }
+
+    /// Issue 11 defect 15: a sessions directory that exists but takes no
+    /// writes (here, one in procfs, which refuses root too) fails to open.
+    #[test]
+    fn a_directory_that_takes_no_writes_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink("/proc/self/fdinfo", dir.path().join("sessions")).unwrap();
+        let err = Store::open(dir.path(), ignore()).unwrap_err();
+        assert!(err.to_string().starts_with("cannot write in"), "{err}");
+    }
+
+    /// Issue 11 defect 12: a batch that fails part-way is cut off again, so
+    /// the next one is read back whole; the failure is reported once.
+    #[tokio::test]
+    async fn a_failed_append_is_cut_off_and_reported_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = TestDisk::with_room();
+        let (failures, seen) = recording();
+        let store = Store::open_on(dir.path(), disk.clone(), failures).unwrap();
+        store.create(&meta("sess_f")).await.unwrap();
+        store.append("sess_f", &Record::Message(user("one")));
+        store.written().wait().await;
+
+        // The disk fills up in the middle of a record, and stays full for another.
+        disk.budget.store(10, Ordering::SeqCst);
+        store.append("sess_f", &Record::Message(user("lost")));
+        store.written().wait().await;
+        store.append("sess_f", &Record::Message(user("lost too")));
+        store.written().wait().await;
+        // Space again.
+        disk.budget.store(u64::MAX, Ordering::SeqCst);
+        store.append("sess_f", &Record::Message(user("two")));
+        store.written().wait().await;
+
+        for line in log_lines(dir.path(), "sess_f") {
+            assert!(serde_json::from_str::<Value>(&line).is_ok(), "a damaged line: {line}");
+        }
+        assert_eq!(store.load("sess_f").unwrap().transcript(), vec![user("one"), user("two")]);
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        assert_eq!(seen[0].session_id, "sess_f");
+        assert!(seen[0].error.contains("No space left"), "{}", seen[0].error);
+    }
+
+    /// When the torn tail cannot even be cut off, the next batch starts on a
+    /// line of its own: the torn line is skipped on load, the next kept.
+    #[tokio::test]
+    async fn a_tail_that_cannot_be_cut_starts_a_new_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = TestDisk::with_room();
+        let store = Store::open_on(dir.path(), disk.clone(), ignore()).unwrap();
+        store.create(&meta("sess_t")).await.unwrap();
+        store.append("sess_t", &Record::Message(user("one")));
+        store.written().wait().await;
+        disk.budget.store(10, Ordering::SeqCst);
+        disk.truncate_fails.store(true, Ordering::SeqCst);
+        store.append("sess_t", &Record::Message(user("lost")));
+        store.written().wait().await;
+        disk.budget.store(u64::MAX, Ordering::SeqCst);
+        store.append("sess_t", &Record::Message(user("two")));
+        store.written().wait().await;
+        assert_eq!(log_lines(dir.path(), "sess_t").len(), 3, "one, the torn fragment, two");
+        assert_eq!(store.load("sess_t").unwrap().transcript(), vec![user("one"), user("two")]);
+    }
+
+    /// Issue 11 defect 4: closing a session closes its log; deleting too.
+    #[tokio::test]
+    async fn close_and_delete_release_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = TestDisk::with_room();
+        let store = Store::open_on(dir.path(), disk.clone(), ignore()).unwrap();
+        for id in ["sess_1", "sess_2", "sess_3"] {
+            store.create(&meta(id)).await.unwrap();
+            store.append(id, &Record::Message(user("x")));
+        }
+        store.written().wait().await;
+        assert_eq!(disk.open.load(Ordering::SeqCst), 3);
+        store.append("sess_1", &Record::Message(user("y")));
+        store.close("sess_1").wait().await;
+        assert_eq!(disk.open.load(Ordering::SeqCst), 2);
+        assert_eq!(store.load("sess_1").unwrap().transcript(), vec![user("x"), user("y")], "written before closing");
+        store.delete("sess_2").await.unwrap();
+        assert_eq!(disk.open.load(Ordering::SeqCst), 1);
+    }
+
+    /// Sessions left open hold at most `capacity` logs (the least recently
+    /// written goes first), and none longer than `idle` after its last write.
+    #[test]
+    fn open_logs_are_bounded_and_idle_ones_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = TestDisk::with_room();
+        let idle = Duration::from_secs(30);
+        let mut logs = OpenLogs::new(2, idle);
+        let start = Instant::now();
+        let at = |secs: u64| start + Duration::from_secs(secs);
+        let session = |name: &str| {
+            let path = dir.path().join(name);
+            std::fs::create_dir_all(&path).unwrap();
+            path
+        };
+        let (a, b, c) = (session("a"), session("b"), session("c"));
+        logs.get(&a, at(0), |p| disk.open_log(p)).unwrap();
+        logs.get(&b, at(1), |p| disk.open_log(p)).unwrap();
+        logs.get(&a, at(2), |p| disk.open_log(p)).unwrap();
+        logs.get(&c, at(3), |p| disk.open_log(p)).unwrap();
+        assert_eq!(disk.open.load(Ordering::SeqCst), 2);
+        let open: Vec<&Path> = logs.logs.iter().map(|log| log.dir.as_path()).collect();
+        assert!(open.contains(&a.as_path()) && open.contains(&c.as_path()), "b was written longest ago");
+        assert_eq!(logs.next_idle(), Some(at(2) + idle));
+        logs.close_idle(at(2) + idle);
+        assert_eq!(logs.logs.len(), 1, "a went idle");
+        logs.close_idle(at(3) + idle);
+        assert_eq!(logs.logs.len(), 0);
+        assert_eq!(logs.next_idle(), None);
+        assert_eq!(disk.open.load(Ordering::SeqCst), 0);
     }
 
     #[test]

@@ -3,10 +3,40 @@
 //! ACP methods, maps the agent's events to `session/update` notifications and
 //! its stop reasons and errors to `session/prompt` responses.
 //!
-//! Dispatch order: requests are handled in the order they arrive. Quick ones
-//! (`initialize`, `session/new`, ...) are answered inline; `session/prompt`
-//! registers its turn inline (so an immediately following `session/cancel`
-//! finds it) and runs the turn in its own task, so the reader keeps reading.
+//! # The reader never waits
+//!
+//! One loop reads the client's messages and dispatches them, in the order
+//! they arrive, and it never waits on the disk, the model or the client:
+//! `session/cancel` must be read at once, whatever else is going on. What is
+//! quick and in memory (`initialize`, `session/set_mode`, `session/cancel`,
+//! taking a session out of the table on close) is done inline; whatever
+//! touches the disk (new, load, resume, list, close, delete) or the network
+//! (a prompt's turn) runs in a task of its own, with file work in
+//! `spawn_blocking`, and answers when it is done. Responses may therefore
+//! come in another order than their requests; what a client can rely on:
+//!
+//! - A request sees the effect of every request before it on the session it
+//!   names. `session/prompt` registers its turn inline, so a `session/cancel`
+//!   (or `$/cancel_request`) that follows it finds it, running or queued.
+//! - A session being loaded (`session/load`, `session/resume`) is marked so
+//!   inline. Until its load has answered, every request and notification
+//!   naming it (prompt, cancel, set_mode, set_config_option, close, delete,
+//!   another load), and any `$/cancel_request` for one of those, waits; then
+//!   they are dispatched in the order they came, as if they had arrived just
+//!   after the load's response. So a pipelined prompt runs on the loaded
+//!   history, a mode set after the load is not undone by it, a cancel after a
+//!   waiting prompt cancels that prompt (which answers `cancelled`), and a
+//!   close during a load closes the loaded session once the load has
+//!   answered.
+//! - Changes on disk happen in arrival order, because they are all queued on
+//!   the store's one writer thread as their request is dispatched (creating a
+//!   session, its metadata, closing its log, deleting it), and a read (load,
+//!   list) first waits for what was queued before it. A `session/list` sent
+//!   after a `session/delete` does not show the deleted session, even
+//!   pipelined.
+//! - A session is in the table before `session/new` answers, and a loaded one
+//!   before `session/load` answers, with its replay sent before the answer.
+//! - `session/close` answers once the session's log is written and closed.
 
 mod client;
 mod options;
@@ -14,6 +44,7 @@ mod prompt;
 mod sessions;
 mod turns;
 mod updates;
+mod warnings;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,7 +72,8 @@ use crate::rpc::{
     LineReader, METHOD_NOT_FOUND, Outbox, RequestId, RpcError,
 };
 use crate::session::Session;
-use crate::store::Store;
+use crate::store::{FailureSink, Store};
+use warnings::Warnings;
 
 /// ACP's "resource not found" code, used for unknown sessions.
 const RESOURCE_NOT_FOUND: i32 = -32002;
@@ -102,7 +134,11 @@ where
     R: AsyncRead + Unpin,
 {
     let max_message_bytes = config.protocol.max_message_bytes;
-    let server = Arc::new(Server::new(config, outbox.clone()));
+    let capabilities = Arc::new(OnceLock::new());
+    let warnings = Warnings::new(outbox.clone(), Arc::clone(&capabilities));
+    let store = open_store(config.data_dir.clone(), warnings.clone()).await;
+    let (loaded, mut loads_finished) = tokio::sync::mpsc::unbounded_channel();
+    let server = Arc::new(Server::new(config, outbox.clone(), store, capabilities, warnings, loaded));
     let mut lines = LineReader::new(tokio::io::BufReader::with_capacity(64 * 1024, input), max_message_bytes);
     let mut shutdown = std::pin::pin!(shutdown);
     let mut writer_done = std::pin::pin!(writer_done);
@@ -119,6 +155,11 @@ where
                 tracing::info!("the client stopped reading our output; shutting down");
                 break;
             }
+            Some(session_id) = loads_finished.recv() => {
+                server.load_finished(&session_id);
+                continue;
+            }
+            // Cancel-safe: a line half read when a load finishes is kept for the next call.
             line = lines.next_line() => line,
         };
         match line {
@@ -153,6 +194,26 @@ where
     Ok(())
 }
 
+/// The session store under the data directory, opened off the async threads
+/// (it probes the disk); or why sessions will not be saved, as words that
+/// complete "lathe ...".
+async fn open_store(data_dir: Option<std::path::PathBuf>, warnings: Warnings) -> Result<Arc<Store>, String> {
+    let Some(data_dir) = data_dir else {
+        return Err("has no data directory (no HOME, and neither --data-dir nor LATHE_DATA_DIR)".to_owned());
+    };
+    let failures: FailureSink = Box::new(move |failure| warnings.save_failed(&failure));
+    let opened = tokio::task::spawn_blocking(move || Store::open(&data_dir, failures)).await;
+    let store = match opened {
+        Ok(Ok(store)) => Ok(Arc::new(store)),
+        Ok(Err(err)) => Err(err.to_string()),
+        Err(err) => Err(format!("could not open its session store ({err})")),
+    };
+    if let Err(why) = &store {
+        tracing::warn!("lathe {why}; sessions will not be saved");
+    }
+    store
+}
+
 /// A configured model's key and the reasoning effort its requests carry.
 type ModelKey = (String, Option<String>);
 
@@ -161,12 +222,20 @@ struct Server {
     config: Arc<Config>,
     outbox: Outbox,
     initialized: AtomicBool,
-    client_capabilities: OnceLock<ClientCapabilities>,
+    client_capabilities: Arc<OnceLock<ClientCapabilities>>,
     sessions: Mutex<HashMap<Arc<str>, Arc<Session>>>,
+    /// Sessions being loaded, each with the messages naming it that arrived
+    /// meanwhile, in order: dispatched when its load has answered.
+    loading: Mutex<HashMap<Arc<str>, Vec<Incoming>>>,
+    /// Tells the reader that a session's load has answered.
+    loaded: tokio::sync::mpsc::UnboundedSender<Arc<str>>,
     /// Model clients by model key and reasoning effort.
     models: Mutex<HashMap<ModelKey, Arc<ModelClient>>>,
     /// Where sessions are persisted; `None` when there is no usable data directory.
     store: Option<Arc<Store>>,
+    /// Why sessions are not saved, when `store` is `None` (words that complete "lathe ...").
+    unsaved_reason: String,
+    warnings: Warnings,
     /// Incoming requests that `$/cancel_request` can cancel, by their id's JSON text.
     cancellable: Mutex<HashMap<String, CancellationToken>>,
     /// Parent of every session's token: cancelled at shutdown.
@@ -179,21 +248,29 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Server {
-    fn new(config: Config, outbox: Outbox) -> Self {
-        let store = config.data_dir.as_deref().and_then(|dir| match Store::open(dir) {
-            Ok(store) => Some(Arc::new(store)),
-            Err(err) => {
-                tracing::warn!(%err, "sessions will not be saved");
-                None
-            }
-        });
+    fn new(
+        config: Config,
+        outbox: Outbox,
+        store: Result<Arc<Store>, String>,
+        client_capabilities: Arc<OnceLock<ClientCapabilities>>,
+        warnings: Warnings,
+        loaded: tokio::sync::mpsc::UnboundedSender<Arc<str>>,
+    ) -> Self {
+        let (store, unsaved_reason) = match store {
+            Ok(store) => (Some(store), String::new()),
+            Err(why) => (None, why),
+        };
         Self {
             store,
+            unsaved_reason,
+            warnings,
             config: Arc::new(config),
             outbox,
             initialized: AtomicBool::new(false),
-            client_capabilities: OnceLock::new(),
+            client_capabilities,
             sessions: Mutex::new(HashMap::new()),
+            loading: Mutex::new(HashMap::new()),
+            loaded,
             models: Mutex::new(HashMap::new()),
             cancellable: Mutex::new(HashMap::new()),
             root: CancellationToken::new(),
@@ -208,24 +285,75 @@ impl Server {
             tracing::warn!("some turns did not finish within the shutdown grace period");
         }
         self.outbox.fail_pending();
-        if let Some(store) = &self.store {
-            let store = Arc::clone(store);
-            let _ = tokio::task::spawn_blocking(move || store.flush(SHUTDOWN_GRACE)).await;
+        if let Some(store) = &self.store
+            && tokio::time::timeout(SHUTDOWN_GRACE, store.written().wait()).await.is_err()
+        {
+            tracing::warn!("the session store did not finish writing in time");
         }
     }
 
     fn handle_line(self: &Arc<Self>, line: &[u8]) {
         match rpc::classify(line, &self.outbox) {
-            Classified::Incoming(Incoming::Request { id, method, params }) => self.handle_request(id, &method, params),
-            Classified::Incoming(Incoming::Notification { method, params }) => {
-                self.handle_notification(&method, params)
-            }
+            Classified::Incoming(incoming) => self.dispatch(incoming),
             Classified::Consumed => {}
             Classified::Malformed(id, error) => {
                 tracing::warn!(code = error.code, message = %error.message, "answering a malformed message");
                 self.outbox.respond_err(&id, &error);
             }
             Classified::Ignored(why) => tracing::warn!(%why, "ignoring a malformed message"),
+        }
+    }
+
+    fn dispatch(self: &Arc<Self>, incoming: Incoming) {
+        let Some(incoming) = self.wait_for_load(incoming) else { return };
+        match incoming {
+            Incoming::Request { id, method, params } => self.handle_request(id, &method, params),
+            Incoming::Notification { method, params } => self.handle_notification(&method, params),
+        }
+    }
+
+    /// Keeps a message that names a session being loaded (or cancels a
+    /// request that waits for one) until the load has answered; gives back
+    /// every other message.
+    fn wait_for_load(&self, incoming: Incoming) -> Option<Incoming> {
+        let mut loading = lock(&self.loading);
+        if loading.is_empty() {
+            return Some(incoming);
+        }
+        let waits_for = match &incoming {
+            Incoming::Notification { method, params } if method == CANCEL_REQUEST_METHOD => {
+                let target = params.get("requestId").map(Value::to_string);
+                loading
+                    .iter()
+                    .find(|(_, waiting)| {
+                        waiting.iter().any(
+                            |message| matches!(message, Incoming::Request { id, .. } if Some(id.to_string()) == target),
+                        )
+                    })
+                    .map(|(session_id, _)| Arc::clone(session_id))
+            }
+            Incoming::Request { params, .. } | Incoming::Notification { params, .. } => params
+                .get("sessionId")
+                .and_then(Value::as_str)
+                .and_then(|id| loading.get_key_value(id))
+                .map(|(session_id, _)| Arc::clone(session_id)),
+        };
+        match waits_for.and_then(|session_id| loading.get_mut(&session_id)) {
+            Some(waiting) => {
+                waiting.push(incoming);
+                None
+            }
+            None => Some(incoming),
+        }
+    }
+
+    /// A load has answered: what waited for it is dispatched, in order (a
+    /// load among it marks the session loading again, and what follows waits
+    /// for that one).
+    fn load_finished(self: &Arc<Self>, session_id: &str) {
+        let waiting = lock(&self.loading).remove(session_id).unwrap_or_default();
+        for incoming in waiting {
+            self.dispatch(incoming);
         }
     }
 
@@ -247,12 +375,12 @@ impl Server {
                     "lathe offers no authentication methods: model API keys come from its config (api_key_env)",
                 ),
             ),
-            "session/new" => self.new_session(&id, params),
-            "session/load" => self.load_session(&id, params, sessions::Replay::Yes),
-            "session/resume" => self.load_session(&id, params, sessions::Replay::No),
-            "session/list" => self.outbox.respond(&id, self.list_sessions(params)),
-            "session/close" => self.outbox.respond(&id, self.close_session(params)),
-            "session/delete" => self.outbox.respond(&id, self.delete_session(params)),
+            "session/new" => self.new_session(id, params),
+            "session/load" => self.load_session(id, params, sessions::Replay::Yes),
+            "session/resume" => self.load_session(id, params, sessions::Replay::No),
+            "session/list" => self.list_sessions(id, params),
+            "session/close" => self.close_session(id, params),
+            "session/delete" => self.delete_session(id, params),
             "session/prompt" => self.prompt(id, params),
             "session/set_mode" => self.outbox.respond(&id, self.set_mode(params)),
             "session/set_config_option" => self.outbox.respond(&id, self.set_config_option(params)),

@@ -1,6 +1,9 @@
 //! Session lifecycle over ACP: `session/new`, `session/load` (with replay),
 //! `session/resume`, `session/list`, `session/close` and `session/delete`,
-//! plus what every session gets once set up (its slash commands).
+//! plus what every session gets once set up (its slash commands). Every
+//! handler here that touches the disk does so in a task of its own, with the
+//! file work in `spawn_blocking` (the `acp` module doc says what ordering a
+//! client can still rely on).
 //!
 //! Replay sends what the user saw, from the session's log, as
 //! `session/update` notifications before the `session/load` response:
@@ -10,6 +13,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use agent_client_protocol_schema::v1::{
     AvailableCommand, AvailableCommandInput, AvailableCommandsUpdate, CloseSessionRequest, CloseSessionResponse,
@@ -21,12 +25,12 @@ use serde_json::{Value, json};
 
 use super::updates::SessionEvents;
 use super::{INVALID_PARAMS, RESOURCE_NOT_FOUND, RequestId, RpcError, Server, lock, options, parse_params};
-use crate::commands;
+use crate::commands::{self, SlashCommand};
 use crate::model::Message;
 use crate::permission::Mode;
-use crate::prompt::{Environment, project_instructions, system_prompt};
+use crate::prompt::{Environment, Instructions, project_instructions, system_prompt};
 use crate::session::{Choices, Conversation, Journal, Session, SessionSetup};
-use crate::store::{Record, SessionMeta, StoreError, now_rfc3339};
+use crate::store::{Record, SessionMeta, Store, StoreError, now_rfc3339};
 
 /// Whether `session/load`-style setup replays the conversation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +55,40 @@ struct Placement {
     created_at: String,
 }
 
+/// What a session starts from: nothing for a new one, its log for a loaded one.
+struct Start {
+    messages: Vec<Message>,
+    choices: Choices,
+    mode: Mode,
+    journal: Option<Journal>,
+}
+
+/// How long a load or close waits for a session's cancelled turn to wind
+/// down (so its last records are queued) before going on without it.
+const WIND_DOWN: Duration = Duration::from_secs(2);
+
+/// What a session reads from its workspace when it is set up: the project
+/// instructions and the slash commands. Read in `spawn_blocking`: a slow or
+/// hostile file system must not stall anything else.
+#[derive(Default)]
+struct WorkspaceFiles {
+    instructions: Vec<Instructions>,
+    commands: Vec<SlashCommand>,
+}
+
+/// Tells the reader, when dropped, that a load is over (answered, failed or
+/// panicked), so what waited for it runs.
+struct LoadOver {
+    loaded: tokio::sync::mpsc::UnboundedSender<Arc<str>>,
+    session_id: Arc<str>,
+}
+
+impl Drop for LoadOver {
+    fn drop(&mut self) {
+        let _ = self.loaded.send(Arc::clone(&self.session_id));
+    }
+}
+
 impl Server {
     pub(super) fn events(&self, session: &Session) -> SessionEvents {
         SessionEvents {
@@ -64,125 +102,180 @@ impl Server {
         lock(&self.sessions).get(&id.0).cloned().ok_or_else(|| session_not_found(id))
     }
 
-    pub(super) fn new_session(&self, id: &RequestId, params: Value) {
-        let result = (|| {
-            let request: NewSessionRequest = parse_params(with_default_mcp_servers(params))?;
-            let placement = placement(&request.cwd, &request.additional_directories, &request.mcp_servers)?;
-            let session_id: Arc<str> = Arc::from(format!("sess_{}", uuid::Uuid::new_v4().simple()));
-            let choices = options::choices_for(&self.config, &self.config.default_model);
-            let meta = SessionMeta {
-                session_id: session_id.to_string(),
-                cwd: placement.cwd.clone(),
-                additional_directories: placement.additional_directories.clone(),
-                title: None,
-                created_at: placement.created_at.clone(),
-                updated_at: now_rfc3339(),
-                model: Some(choices.model_key.clone()),
-                mode: Some(Mode::Ask.id().to_owned()),
-                thought_level: choices.thought_level.clone(),
-            };
-            let journal = self.store.as_ref().and_then(|store| match store.create(&meta) {
-                Ok(()) => Some(Journal::new(Arc::clone(store), Arc::clone(&session_id))),
-                Err(err) => {
-                    tracing::warn!(%err, "this session will not be saved");
-                    None
+    /// `session/new`. The session's directory is queued for creation at once;
+    /// the rest (waiting for it, reading the workspace) runs in a task.
+    pub(super) fn new_session(self: &Arc<Self>, id: RequestId, params: Value) {
+        let parsed = parse_params::<NewSessionRequest>(with_default_mcp_servers(params))
+            .and_then(|request| placement(&request.cwd, &request.additional_directories, &request.mcp_servers));
+        let placement = match parsed {
+            Ok(placement) => placement,
+            Err(error) => return self.outbox.respond_err(&id, &error),
+        };
+        let session_id: Arc<str> = Arc::from(format!("sess_{}", uuid::Uuid::new_v4().simple()));
+        let choices = options::choices_for(&self.config, &self.config.default_model);
+        let meta = SessionMeta {
+            session_id: session_id.to_string(),
+            cwd: placement.cwd.clone(),
+            additional_directories: placement.additional_directories.clone(),
+            title: None,
+            created_at: placement.created_at.clone(),
+            updated_at: now_rfc3339(),
+            model: Some(choices.model_key.clone()),
+            mode: Some(Mode::Ask.id().to_owned()),
+            thought_level: choices.thought_level.clone(),
+        };
+        let created = self.store.as_ref().map(|store| (Arc::clone(store), store.create(&meta)));
+        let server = Arc::clone(self);
+        self.tasks.spawn(async move {
+            let journal = async {
+                match created {
+                    Some((store, created)) => match created.await {
+                        Ok(()) => Ok(Journal::new(store, Arc::clone(&session_id))),
+                        Err(err) => Err(err.to_string()),
+                    },
+                    None => Err(server.unsaved_reason.clone()),
                 }
-            });
-            let session = self.open_session(session_id, placement, Vec::new(), choices, Mode::Ask, journal);
-            Ok::<_, RpcError>(session)
-        })();
-        match result {
-            Ok(session) => {
-                let response = NewSessionResponse::new(SessionId::new(Arc::clone(session.id())))
-                    .modes(options::mode_state(&session))
-                    .config_options(options::config_options(&self.config, &session));
-                self.outbox.respond_ok(id, &response);
-                self.send_commands(&session);
-                tracing::info!(session = %session.id(), "session created");
+            };
+            let (journal, files) = tokio::join!(journal, server.read_workspace(&placement));
+            let start =
+                Start { messages: Vec::new(), choices, mode: Mode::Ask, journal: journal.as_ref().ok().cloned() };
+            let session = server.open_session(Arc::clone(&session_id), placement, start, &files.instructions);
+            let response = NewSessionResponse::new(SessionId::new(Arc::clone(session.id())))
+                .modes(options::mode_state(&session))
+                .config_options(options::config_options(&server.config, &session));
+            server.outbox.respond_ok(&id, &response);
+            server.send_commands(&session, files.commands);
+            if let Err(why) = journal {
+                tracing::warn!(session = %session_id, "lathe {why}; this session will not be saved");
+                server.warnings.not_saved(&session_id, &why);
             }
-            Err(error) => self.outbox.respond_err(id, &error),
-        }
+            tracing::info!(session = %session_id, "session created");
+        });
     }
 
     /// `session/load` and `session/resume`: the stored session, with the
-    /// cwd and roots the client sends now (never the stored ones).
-    pub(super) fn load_session(&self, id: &RequestId, params: Value, replay: Replay) {
-        let result = (|| {
+    /// cwd and roots the client sends now (never the stored ones). The
+    /// session is marked as loading at once (what names it waits, see the
+    /// module doc); the reading runs in a task.
+    pub(super) fn load_session(self: &Arc<Self>, id: RequestId, params: Value, replay: Replay) {
+        let parsed = (|| {
             let request: LoadSessionRequest = parse_params(with_default_mcp_servers(params))?;
-            let store = self.store.as_ref().ok_or_else(|| {
-                RpcError::new(RESOURCE_NOT_FOUND, "Sessions are not saved: lathe has no usable data directory")
+            let store = self.store.clone().ok_or_else(|| {
+                RpcError::new(RESOURCE_NOT_FOUND, format!("Sessions are not saved: lathe {}", self.unsaved_reason))
             })?;
             let placement = placement(&request.cwd, &request.additional_directories, &request.mcp_servers)?;
-            let session_id = request.session_id.0.clone();
-            // A session open in this process is reopened from disk: whatever it was doing stops.
-            if let Some(open) = lock(&self.sessions).remove(&session_id) {
-                open.cancel_turns();
-                open.close();
-                store.flush(std::time::Duration::from_secs(2));
-            }
-            let stored = store.load(&session_id).map_err(|err| match err {
-                StoreError::NotFound(_) => session_not_found(&request.session_id),
-                other => RpcError::new(super::INTERNAL_ERROR, format!("Cannot load session {session_id}: {other}")),
-            })?;
-            let mut meta = stored.meta.clone();
-            let mut placement = placement;
-            placement.created_at.clone_from(&meta.created_at);
-            let model_key = meta
-                .model
-                .clone()
-                .filter(|key| self.config.models.contains_key(key))
-                .unwrap_or_else(|| self.config.default_model.clone());
-            let mut choices = options::choices_for(&self.config, &model_key);
-            if choices.thought_level.is_some() && meta.thought_level.is_some() {
-                choices.thought_level = meta.thought_level.clone();
-            }
-            let mode = meta.mode.as_deref().and_then(Mode::from_id).unwrap_or(Mode::Ask);
-            meta.cwd = placement.cwd.clone();
-            meta.additional_directories = placement.additional_directories.clone();
-            if let Err(err) = store.save_meta(&meta) {
-                tracing::warn!(%err, "cannot update the stored session");
-            }
-            let journal = Journal::new(Arc::clone(store), Arc::clone(&session_id));
-            let session = self.open_session(
-                Arc::clone(&session_id),
-                placement,
-                recover_transcript(&stored.records),
-                choices,
-                mode,
-                Some(journal),
-            );
-            session.set_title(meta.title.clone());
-            if replay == Replay::Yes {
-                for line in replay_lines(&stored.records) {
-                    self.outbox.send_encoded(line);
-                }
-            }
-            Ok::<_, RpcError>(session)
+            Ok::<_, RpcError>((request.session_id, store, placement))
         })();
-        match result {
-            Ok(session) => {
-                let response = LoadSessionResponse::new()
-                    .modes(options::mode_state(&session))
-                    .config_options(options::config_options(&self.config, &session));
-                self.outbox.respond_ok(id, &response);
-                self.send_commands(&session);
-            }
-            Err(error) => self.outbox.respond_err(id, &error),
+        let (session_id, store, placement) = match parsed {
+            Ok(parsed) => parsed,
+            Err(error) => return self.outbox.respond_err(&id, &error),
+        };
+        let key = Arc::clone(&session_id.0);
+        lock(&self.loading).insert(Arc::clone(&key), Vec::new());
+        // A session open in this process is reopened from disk: whatever it was doing stops.
+        let replaced = lock(&self.sessions).remove(&key);
+        if let Some(open) = &replaced {
+            open.cancel_turns();
+            open.close();
         }
+        let over = LoadOver { loaded: self.loaded.clone(), session_id: key };
+        let server = Arc::clone(self);
+        self.tasks.spawn(async move {
+            let _over = over;
+            match server.restore(&session_id, &store, placement, replaced, replay).await {
+                Ok((session, commands)) => {
+                    let response = LoadSessionResponse::new()
+                        .modes(options::mode_state(&session))
+                        .config_options(options::config_options(&server.config, &session));
+                    server.outbox.respond_ok(&id, &response);
+                    server.send_commands(&session, commands);
+                }
+                Err(error) => server.outbox.respond_err(&id, &error),
+            }
+        });
+    }
+
+    /// Reads a stored session back, opens it and sends its replay.
+    async fn restore(
+        &self,
+        session_id: &SessionId,
+        store: &Arc<Store>,
+        placement: Placement,
+        replaced: Option<Arc<Session>>,
+        replay: Replay,
+    ) -> Result<(Arc<Session>, Vec<SlashCommand>), RpcError> {
+        if let Some(old) = replaced
+            && tokio::time::timeout(WIND_DOWN, old.idle()).await.is_err()
+        {
+            tracing::warn!(session = %session_id, "the session's last turn did not wind down in time");
+        }
+        // Every record queued so far must be on disk before it is read back.
+        store.written().wait().await;
+        // The parse, the transcript and the replay are all work in proportion
+        // to the log: none of it on the async threads.
+        let reading = {
+            let (store, id) = (Arc::clone(store), Arc::clone(&session_id.0));
+            let (cwd, user_dir) = (placement.cwd.clone(), self.config.user_dir.clone());
+            tokio::task::spawn_blocking(move || {
+                let stored = store.load(&id).map(|stored| {
+                    let transcript = recover_transcript(&stored.records);
+                    let lines = if replay == Replay::Yes { replay_lines(&stored.records) } else { Vec::new() };
+                    (stored.meta, transcript, lines)
+                });
+                (stored, workspace_files(&cwd, user_dir.as_deref()))
+            })
+        };
+        let (stored, files) = reading
+            .await
+            .map_err(|err| RpcError::new(super::INTERNAL_ERROR, format!("Cannot load session {session_id}: {err}")))?;
+        let (mut meta, transcript, replayed) = stored.map_err(|err| match err {
+            StoreError::NotFound(_) => session_not_found(session_id),
+            other => RpcError::new(super::INTERNAL_ERROR, format!("Cannot load session {session_id}: {other}")),
+        })?;
+        let mut placement = placement;
+        placement.created_at.clone_from(&meta.created_at);
+        let model_key = meta
+            .model
+            .clone()
+            .filter(|key| self.config.models.contains_key(key))
+            .unwrap_or_else(|| self.config.default_model.clone());
+        let mut choices = options::choices_for(&self.config, &model_key);
+        if choices.thought_level.is_some() && meta.thought_level.is_some() {
+            choices.thought_level = meta.thought_level.clone();
+        }
+        let mode = meta.mode.as_deref().and_then(Mode::from_id).unwrap_or(Mode::Ask);
+        meta.cwd = placement.cwd.clone();
+        meta.additional_directories = placement.additional_directories.clone();
+        store.save_meta_later(meta.clone());
+        let journal = Journal::new(Arc::clone(store), Arc::clone(&session_id.0));
+        let start = Start { messages: transcript, choices, mode, journal: Some(journal) };
+        let session = self.open_session(Arc::clone(&session_id.0), placement, start, &files.instructions);
+        session.set_title(meta.title);
+        for line in replayed {
+            self.outbox.send_encoded(line);
+        }
+        Ok((session, files.commands))
+    }
+
+    /// Reads the workspace files of a session being set up, off the async threads.
+    async fn read_workspace(&self, placement: &Placement) -> WorkspaceFiles {
+        let (cwd, user_dir) = (placement.cwd.clone(), self.config.user_dir.clone());
+        tokio::task::spawn_blocking(move || workspace_files(&cwd, user_dir.as_deref())).await.unwrap_or_else(|err| {
+            tracing::warn!(%err, "reading the project's instructions and commands failed");
+            WorkspaceFiles::default()
+        })
     }
 
     fn open_session(
         &self,
         id: Arc<str>,
         placement: Placement,
-        messages: Vec<Message>,
-        choices: Choices,
-        mode: Mode,
-        journal: Option<Journal>,
+        start: Start,
+        instructions: &[Instructions],
     ) -> Arc<Session> {
-        let instructions = project_instructions(&placement.cwd, self.config.user_dir.as_deref());
+        let Start { messages, choices, mode, journal } = start;
         let environment = Environment { cwd: &placement.cwd, os: std::env::consts::OS, date: &Environment::today() };
-        let conversation = Conversation::new(system_prompt(&environment, &instructions), messages, journal);
+        let conversation = Conversation::new(system_prompt(&environment, instructions), messages, journal);
         let setup = SessionSetup {
             cwd: placement.cwd,
             additional_directories: placement.additional_directories,
@@ -207,8 +300,8 @@ impl Server {
     }
 
     /// `available_commands_update`: the built-in and the user's slash commands.
-    pub(super) fn send_commands(&self, session: &Session) {
-        let available = commands::available(&session.setup().cwd, self.config.user_dir.as_deref())
+    fn send_commands(&self, session: &Session, commands: Vec<SlashCommand>) {
+        let available = commands
             .into_iter()
             .map(|command| {
                 let mut available = AvailableCommand::new(command.name, command.description);
@@ -245,76 +338,146 @@ impl Server {
         store.save_meta_later(meta);
     }
 
-    pub(super) fn list_sessions(&self, params: Value) -> Result<ListSessionsResponse, RpcError> {
-        let request: ListSessionsRequest = parse_params(params)?;
-        let Some(store) = &self.store else { return Ok(ListSessionsResponse::new(Vec::new())) };
-        let mut sessions = store.list();
-        if let Some(cwd) = &request.cwd {
-            sessions.retain(|meta| meta.cwd == *cwd);
-        }
-        // Most recent first; the id breaks ties so pages are stable.
-        sessions.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then_with(|| a.session_id.cmp(&b.session_id)));
-        let start = match &request.cursor {
-            None => 0,
-            Some(cursor) => cursor
-                .strip_prefix("offset:")
-                .and_then(|n| n.parse::<usize>().ok())
-                .filter(|n| *n <= sessions.len())
-                .ok_or_else(|| {
-                    RpcError::new(
-                        INVALID_PARAMS,
-                        format!("Invalid params: cursor: \"{cursor}\" is not a cursor lathe gave"),
-                    )
-                })?,
+    /// `session/list`: every saved session's metadata is read in a task,
+    /// after what was queued before the request has been written.
+    pub(super) fn list_sessions(self: &Arc<Self>, id: RequestId, params: Value) {
+        let request: ListSessionsRequest = match parse_params(params) {
+            Ok(request) => request,
+            Err(error) => return self.outbox.respond_err(&id, &error),
         };
-        let page: Vec<SessionInfo> = sessions
-            .iter()
-            .skip(start)
-            .take(PAGE_SIZE)
-            .map(|meta| {
-                SessionInfo::new(SessionId::new(meta.session_id.as_str()), meta.cwd.clone())
-                    .additional_directories(meta.additional_directories.clone())
-                    .title(meta.title.clone())
-                    .updated_at(Some(meta.updated_at.clone()))
-            })
-            .collect();
-        let next = start + page.len();
-        let mut response = ListSessionsResponse::new(page);
-        if next < sessions.len() {
-            response = response.next_cursor(format!("offset:{next}"));
-        }
-        Ok(response)
+        let Some(store) = self.store.clone() else {
+            return self.outbox.respond_ok(&id, &ListSessionsResponse::new(Vec::new()));
+        };
+        let written = store.written();
+        let outbox = self.outbox.clone();
+        self.tasks.spawn(async move {
+            written.wait().await;
+            let sessions = tokio::task::spawn_blocking(move || store.list()).await.unwrap_or_else(|err| {
+                tracing::warn!(%err, "listing the saved sessions failed");
+                Vec::new()
+            });
+            outbox.respond(&id, list_page(&request, sessions));
+        });
     }
 
-    pub(super) fn close_session(&self, params: Value) -> Result<CloseSessionResponse, RpcError> {
-        let request: CloseSessionRequest = parse_params(params)?;
-        match lock(&self.sessions).remove(&request.session_id.0) {
-            Some(session) => {
+    /// `session/close`: the session leaves the table at once (so what
+    /// follows sees it closed); the answer comes once its log is written and
+    /// closed.
+    pub(super) fn close_session(self: &Arc<Self>, id: RequestId, params: Value) {
+        let request: CloseSessionRequest = match parse_params(params) {
+            Ok(request) => request,
+            Err(error) => return self.outbox.respond_err(&id, &error),
+        };
+        let removed = lock(&self.sessions).remove(&request.session_id.0);
+        let outbox = self.outbox.clone();
+        match (removed, self.store.clone()) {
+            (Some(session), store) => {
                 // As if session/cancel had been called, then everything is freed.
                 session.cancel_turns();
                 session.close();
-                Ok(CloseSessionResponse::new())
+                let Some(store) = store.filter(|_| session.journal().is_some()) else {
+                    return outbox.respond_ok(&id, &CloseSessionResponse::new());
+                };
+                let closed = store.close(&request.session_id.0);
+                self.tasks.spawn(async move {
+                    closed.wait().await;
+                    outbox.respond_ok(&id, &CloseSessionResponse::new());
+                    // A cancelled turn may still queue its last records, which
+                    // open the log again: close it once more when it is over.
+                    if tokio::time::timeout(WIND_DOWN, session.idle()).await.is_ok() {
+                        store.close(session.id()).wait().await;
+                    }
+                });
             }
-            None if self.store.as_ref().is_some_and(|s| s.load_meta(&request.session_id.0).is_ok()) => {
-                Ok(CloseSessionResponse::new())
+            // Closing a saved session that is not open succeeds.
+            (None, Some(store)) => {
+                let written = store.written();
+                self.tasks.spawn(async move {
+                    written.wait().await;
+                    let session_id = Arc::clone(&request.session_id.0);
+                    let saved = tokio::task::spawn_blocking(move || store.load_meta(&session_id).is_ok())
+                        .await
+                        .unwrap_or(false);
+                    match saved {
+                        true => outbox.respond_ok(&id, &CloseSessionResponse::new()),
+                        false => outbox.respond_err(&id, &session_not_found(&request.session_id)),
+                    }
+                });
             }
-            None => Err(session_not_found(&request.session_id)),
+            (None, None) => outbox.respond_err(&id, &session_not_found(&request.session_id)),
         }
     }
 
-    pub(super) fn delete_session(&self, params: Value) -> Result<DeleteSessionResponse, RpcError> {
-        let request: DeleteSessionRequest = parse_params(params)?;
+    /// `session/delete`: the session leaves the table at once and its
+    /// directory is deleted by the store's writer, after everything queued
+    /// before.
+    pub(super) fn delete_session(self: &Arc<Self>, id: RequestId, params: Value) {
+        let request: DeleteSessionRequest = match parse_params(params) {
+            Ok(request) => request,
+            Err(error) => return self.outbox.respond_err(&id, &error),
+        };
         if let Some(session) = lock(&self.sessions).remove(&request.session_id.0) {
             session.cancel_turns();
             session.close();
         }
-        if let Some(store) = &self.store {
-            store.delete(&request.session_id.0).map_err(|err| {
+        let Some(store) = &self.store else { return self.outbox.respond_ok(&id, &DeleteSessionResponse::new()) };
+        let deleted = store.delete(&request.session_id.0);
+        let outbox = self.outbox.clone();
+        self.tasks.spawn(async move {
+            let response = deleted.await.map(|()| DeleteSessionResponse::new()).map_err(|err| {
                 RpcError::new(super::INTERNAL_ERROR, format!("Cannot delete session {}: {err}", request.session_id))
-            })?;
-        }
-        Ok(DeleteSessionResponse::new())
+            });
+            outbox.respond(&id, response);
+        });
     }
+}
+
+/// One page of `session/list`, most recent first.
+fn list_page(request: &ListSessionsRequest, mut sessions: Vec<SessionMeta>) -> Result<ListSessionsResponse, RpcError> {
+    if let Some(cwd) = &request.cwd {
+        sessions.retain(|meta| meta.cwd == *cwd);
+    }
+    // Most recent first; the id breaks ties so pages are stable.
+    sessions.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then_with(|| a.session_id.cmp(&b.session_id)));
+    let start = match &request.cursor {
+        None => 0,
+        Some(cursor) => cursor
+            .strip_prefix("offset:")
+            .and_then(|n| n.parse::<usize>().ok())
+            .filter(|n| *n <= sessions.len())
+            .ok_or_else(|| {
+                RpcError::new(
+                    INVALID_PARAMS,
+                    format!("Invalid params: cursor: \"{cursor}\" is not a cursor lathe gave"),
+                )
+            })?,
+    };
+    let page: Vec<SessionInfo> = sessions
+        .iter()
+        .skip(start)
+        .take(PAGE_SIZE)
+        .map(|meta| {
+            SessionInfo::new(SessionId::new(meta.session_id.as_str()), meta.cwd.clone())
+                .additional_directories(meta.additional_directories.clone())
+                .title(meta.title.clone())
+                .updated_at(Some(meta.updated_at.clone()))
+        })
+        .collect();
+    let next = start + page.len();
+    let mut response = ListSessionsResponse::new(page);
+    if next < sessions.len() {
+        response = response.next_cursor(format!("offset:{next}"));
+    }
+    Ok(response)
+}
+
+/// The project instructions and slash commands for a session in `cwd`.
+/// Blocking: it reads files.
+fn workspace_files(cwd: &std::path::Path, user_dir: Option<&std::path::Path>) -> WorkspaceFiles {
+    if !cwd.is_dir() {
+        tracing::warn!(path = %cwd.display(), "the session's cwd is not an existing directory");
+    }
+    WorkspaceFiles { instructions: project_instructions(cwd, user_dir), commands: commands::available(cwd, user_dir) }
 }
 
 pub(super) fn session_not_found(id: &SessionId) -> RpcError {
@@ -387,9 +550,6 @@ fn absolute_dir(path: &std::path::Path, field: &str) -> Result<PathBuf, RpcError
             INVALID_PARAMS,
             format!("Invalid params: {field} must be an absolute path, got \"{}\"", path.display()),
         ));
-    }
-    if !path.is_dir() {
-        tracing::warn!(path = %path.display(), "{field} is not an existing directory");
     }
     Ok(crate::tools::paths::normalize(path))
 }

@@ -76,8 +76,10 @@ impl Server {
                 Err(err) => Err(super::turn_error_to_rpc(&err)),
             };
             lock(&server.cancellable).remove(&request_key);
-            server.outbox.respond(&id, response);
+            // Queued before the answer: whatever the client sends next (a
+            // close, a list) reaches the store's writer after it.
             server.save_meta(&session);
+            server.outbox.respond(&id, response);
         });
     }
 

@@ -14,6 +14,7 @@ mod hygiene;
 mod mcp;
 mod mock_server;
 mod official_client;
+mod persistence;
 mod protocol;
 mod retries;
 mod sessions;

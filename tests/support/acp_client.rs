@@ -84,7 +84,21 @@ impl AgentProcess {
     /// `home`. The child is killed when the
     /// `AgentProcess` is dropped.
     pub fn spawn(args: &[&str], envs: &[(&str, &str)], home: &Path) -> AgentProcess {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_lathe"));
+        AgentProcess::spawn_via(&[], args, envs, home)
+    }
+
+    /// Like [`spawn`](Self::spawn), but started through `wrapper` (a program
+    /// and its arguments, the lathe binary and `args` appended), e.g. `prlimit`.
+    pub fn spawn_via(wrapper: &[&str], args: &[&str], envs: &[(&str, &str)], home: &Path) -> AgentProcess {
+        let lathe = env!("CARGO_BIN_EXE_lathe");
+        let mut command = match wrapper.split_first() {
+            Some((program, wrapper_args)) => {
+                let mut command = Command::new(program);
+                command.args(wrapper_args).arg(lathe);
+                command
+            }
+            None => Command::new(lathe),
+        };
         command
             .args(args)
             .current_dir(home)
