@@ -16,8 +16,11 @@
 //! is given and reports what came back.
 
 pub mod decode;
+pub mod probe;
 pub mod retry;
 pub mod sse;
+pub mod text_calls;
+pub mod think;
 pub mod wire;
 
 use std::pin::Pin;
