@@ -88,7 +88,10 @@ impl SseHarness {
                     break SseEnd::NoChunks(stream.unreadable_events());
                 }
                 Some(Err(err)) => break SseEnd::Failed(err.to_string()),
-                None => break SseEnd::Finished(decoder.finish()),
+                None => {
+                    decoder.end(&mut |event| events.push(event));
+                    break SseEnd::Finished(decoder.finish());
+                }
             }
         };
         SseOutcome { events, chunks, skipped: stream.unreadable_events(), end }
