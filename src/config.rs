@@ -1020,7 +1020,7 @@ max_output_tokens = 8192
 
     #[test]
     fn a_single_model_is_the_default() {
-        let config = parse("[models.only]\nbase_url = \"https://api.openai.com/v1\"\nmodel = \"gpt-4.1\"\n").unwrap();
+        let config = parse("[models.only]\nbase_url = \"https://api.openai.com/v1\"\nmodel = \"gpt-5.6\"\n").unwrap();
         assert_eq!(config.default_model, "only");
         assert_eq!(config.default_model().unwrap().max_tokens_field, MaxTokensField::MaxCompletionTokens);
     }
@@ -1100,6 +1100,21 @@ max_output_tokens = 8192
         let config = Config::from_toml_str(text, Path::new("config.example.toml"), &no_env).unwrap();
         assert!(config.models.len() >= 6, "presets for OpenAI, OpenRouter, Ollama, vLLM, llama.cpp, LM Studio");
         assert_eq!(config.mcp, McpSettings::default());
+        // The presets say when they were checked against the servers' docs, and
+        // name no model its provider has retired or scheduled for shutdown.
+        assert!(text.contains("checked against each server's documentation on 20"), "the check is dated");
+        for model in config.models.values() {
+            for retired in ["gpt-4.1", "deepseek-chat", "deepseek-reasoner"] {
+                assert_ne!(model.model, retired, "{}", model.key);
+            }
+            for (name, value) in &model.headers {
+                if name.eq_ignore_ascii_case("HTTP-Referer") {
+                    assert!(value.starts_with("https://") && !value.contains("example"), "a real URL or none");
+                }
+            }
+        }
+        let local = ["ollama", "vllm", "llamacpp", "lmstudio", "openrouter"];
+        assert!(local.iter().all(|key| config.models[*key].context_window.is_none()), "their servers say");
         // The MCP server examples are commented out; they parse once uncommented.
         let (head, examples) = text.split_once("# Examples (remove the leading").unwrap();
         let uncommented: String =
