@@ -275,6 +275,14 @@ fn looks_like_context_overflow(message: &str) -> bool {
         .any(|needle| message.contains(needle))
 }
 
+/// What a model's server says of it, asked the way a session asks (see
+/// [`ModelClient::info`]): the context window and which answer gave it,
+/// and whether the model takes tools and images. For `lathe doctor`.
+pub async fn describe(model: &ModelConfig, network: &NetworkSettings) -> Result<ModelInfo, ModelError> {
+    let client = ModelClient::new(Arc::new(model.clone()), network)?;
+    Ok(client.info().await.clone())
+}
+
 /// A client for one configured model.
 pub struct ModelClient {
     upstream: UpstreamService,

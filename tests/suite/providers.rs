@@ -219,6 +219,26 @@ async fn ollama_vllm_openrouter_and_silence() {
     assert!(h.agent.stderr().contains("lathe's default"), "{}", h.agent.stderr());
 }
 
+/// What `lathe doctor` will show: the library entry point asks the server
+/// the way a session does.
+#[tokio::test]
+async fn describe_reports_the_window_its_source_and_tool_support() {
+    let mock = crate::support::mock_openai::MockOpenAi::start().await;
+    mock.route("POST", "/api/show", ollama_show(65536, None, &["completion", "vision"]));
+    let text = format!("[models.m]\nbase_url = \"{}\"\nmodel = \"qwen:7b\"\n", mock.base_url());
+    let config = lathe::config::Config::from_toml_str(&text, std::path::Path::new("t.toml"), &|_| None).unwrap();
+    let model = config.default_model().unwrap();
+    let info = lathe::model::describe(model, &config.network).await.unwrap();
+    assert_eq!(info.context_window, 65536);
+    assert!(info.window_source.to_string().contains("Ollama POST /api/show"), "{}", info.window_source);
+    assert_eq!((info.tools, info.vision), (Some(false), Some(true)));
+
+    let configured = format!("{text}context_window = 1000\n");
+    let config = lathe::config::Config::from_toml_str(&configured, std::path::Path::new("t.toml"), &|_| None).unwrap();
+    let info = lathe::model::describe(config.default_model().unwrap(), &config.network).await.unwrap();
+    assert_eq!((info.context_window, info.window_source), (1000, lathe::model::WindowSource::Configured));
+}
+
 /// A server that lists no tool support for the model: chat-only from the
 /// first request, and the user is told.
 #[tokio::test]
