@@ -265,7 +265,11 @@ fn refuses_tools(message: &str) -> bool {
     let refusal = ["not support", "unsupported", "requires", "not enabled", "not available", "not allowed"]
         .iter()
         .any(|word| message.contains(word));
-    about_tools && refusal && !message.contains("reasoning_effort") && !message.contains("schema")
+    about_tools
+        && refusal
+        && !message.contains("reasoning_effort")
+        && !message.contains("schema")
+        && !looks_like_context_overflow(&message)
 }
 
 fn looks_like_context_overflow(message: &str) -> bool {
@@ -757,7 +761,7 @@ mod tests {
              To use function tools, use /v1/responses or set reasoning_effort to 'none'.",
             "Invalid schema for function 'edit_file': tools[2].function.parameters is not supported",
             "unknown parameter: stream_options",
-            "This model's maximum context length is 8192 tokens",
+            "This model's maximum context length is 8192 tokens; the request requires 9000 with its tools",
         ] {
             assert!(!refuses_tools(other), "{other}");
         }
