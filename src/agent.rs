@@ -34,6 +34,7 @@ use crate::model::{
     ToolCallRequest, ToolDefinition, UserPart,
 };
 use crate::permission::{Answer, Approver, PermissionQuestion, Policy, Verdict};
+use crate::prompt::SystemPrompt;
 use crate::session::{Conversation, UsageMark};
 use crate::tools::fetch::HostTrust;
 use crate::tools::{
@@ -256,6 +257,12 @@ impl Turn<'_> {
                 self.events.emit(AgentEvent::AgentText { message_id, text });
             }
         }
+        // The model's window (maybe asked of the server, once) decides the
+        // prompt profile and when to compact.
+        if !settle_model(self.client, self.cancel).await {
+            keep_interrupted(conversation, None);
+            return Ok(StopReason::Cancelled);
+        }
         let mut requests = 0u32;
         loop {
             if requests >= self.settings.max_model_requests_per_turn {
@@ -280,10 +287,10 @@ impl Turn<'_> {
                     return Err(error);
                 }
             };
-            let size = self.client.model().context_window;
+            let size = self.client.context_window();
             let used = match output.usage {
                 Some(usage) => usage.input_tokens + usage.output_tokens,
-                None => estimate_tokens(conversation, &self.offered()) + estimate_text_tokens(&output.text),
+                None => self.estimate(conversation) + estimate_text_tokens(&output.text),
             };
             self.events.emit(AgentEvent::Usage { used, size, estimated: output.usage.is_none() });
             if let Some(usage) = output.usage {
@@ -294,9 +301,15 @@ impl Turn<'_> {
             let refused = output.refused || output.finish_reason == FinishReason::ContentFilter;
             let finish_reason = output.finish_reason.clone();
             let tool_calls = output.tool_calls.clone();
+            if let Some(format) = output.text_tool_calls {
+                let names: Vec<&str> = tool_calls.iter().map(|call| call.name.as_str()).collect();
+                tracing::debug!(format = format.name(), calls = ?names, "recovered tool calls the model wrote as text");
+            }
             conversation.push(Message::Assistant {
                 text: output.text,
                 reasoning: output.reasoning,
+                reasoning_field: output.reasoning_field,
+                reasoning_details: output.reasoning_details,
                 tool_calls: output.tool_calls,
                 interrupted: false,
             });
@@ -349,12 +362,19 @@ impl Turn<'_> {
         Flow::Continue
     }
 
-    /// The tools the next request offers.
+    /// The tools the session has (before the model's profile and refusals).
     fn offered(&self) -> Offered<'_> {
         match self.external {
             Some(external) => Offered::WithExternal(external.definitions()),
             None => Offered::Builtin(self.tools),
         }
+    }
+
+    /// The size of the next request, in tokens (see [`estimate_tokens`]).
+    fn estimate(&self, conversation: &Conversation) -> u64 {
+        let offered = self.offered();
+        let request = Request::new(self.client, &conversation.system_prompt, &offered);
+        estimate_tokens(conversation, request.system_prompt, &request.tools)
     }
 
     /// Parses and describes a call: a built-in tool's, else an external
@@ -540,11 +560,21 @@ impl Turn<'_> {
         );
     }
 
-    /// Opens the response stream (see [`open_retrying`]).
-    async fn open_stream(&self, conversation: &Conversation) -> Result<ResponseStream, Sample> {
-        let tools = self.offered();
-        let request = (conversation.system_prompt.as_str(), conversation.messages(), &*tools);
-        open_retrying(self.client, self.events, self.cancel, request).await.map_err(|failure| match failure {
+    /// Opens the response stream (see [`open_retrying`]). Tells the user,
+    /// once per session, when the model turns out to take no tools.
+    async fn open_stream(&self, conversation: &mut Conversation) -> Result<ResponseStream, Sample> {
+        let offered = self.offered();
+        let request = Request::new(self.client, &conversation.system_prompt, &offered);
+        let opened = open_retrying(self.client, self.events, self.cancel, (&request, conversation.messages())).await;
+        if let Some(reason) = self.client.chat_only()
+            && !offered.is_empty()
+            && !conversation.told_chat_only
+        {
+            conversation.told_chat_only = true;
+            let message_id = Arc::from(format!("notice_{}", uuid::Uuid::new_v4().simple()));
+            self.events.emit(AgentEvent::AgentText { message_id, text: chat_only_notice(reason) });
+        }
+        opened.map_err(|failure| match failure {
             NotOpened::Cancelled => Sample::Cancelled(None),
             NotOpened::Failed(error) => Sample::Failed(error, None),
         })
@@ -559,7 +589,11 @@ impl Turn<'_> {
             Ok(stream) => stream,
             Err(ended) => return ended,
         };
-        let mut decoder = StreamDecoder::new(format!("call_{}_", &request_id[..12]));
+        // The tools this request actually offered: a call written as text may name only these.
+        let offered = self.offered();
+        let sent: &[ToolDefinition] = if self.client.chat_only().is_some() { &[] } else { &offered };
+        let mut decoder =
+            StreamDecoder::new(format!("call_{}_", &request_id[..12])).offering(sent.iter().map(ToolDefinition::name));
         // Calls shown to the user while streaming, by the decoder's id -> the session-unique id.
         let mut announced: HashMap<String, String> = HashMap::new();
         let used_ids = &mut conversation.tool_call_ids;
@@ -589,7 +623,10 @@ impl Turn<'_> {
                 item = stream.next() => item,
             };
             match item {
-                None => break Sample::Done(decoder.finish()),
+                None => {
+                    decoder.end(&mut forward);
+                    break Sample::Done(decoder.finish());
+                }
                 Some(Ok(chunk)) => {
                     if let Err(reported) = decoder.push(chunk, &mut forward) {
                         break Sample::Failed(ModelError::Provider(reported.0).into(), Some(decoder));
@@ -693,9 +730,9 @@ impl Turn<'_> {
 
     /// Whether the next request would cross the compaction threshold.
     fn needs_compaction(&self, conversation: &Conversation) -> bool {
-        let window = self.client.model().context_window;
+        let window = self.client.context_window();
         let limit = (window as f64 * self.context.compact_threshold) as u64;
-        estimate_tokens(conversation, &self.offered()) > limit
+        self.estimate(conversation) > limit
     }
 
     /// See [`Compactor::compact`].
@@ -727,10 +764,13 @@ impl Compactor<'_> {
     /// current turn's user message is, if a turn is running; it is always
     /// kept. `None` (from `/compact`) summarises everything.
     pub async fn compact(&self, conversation: &mut Conversation, turn_start: Option<usize>) -> Compaction {
+        if !settle_model(self.client, self.cancel).await {
+            return Compaction::Cancelled;
+        }
         let messages = conversation.messages();
         let split = match turn_start {
             Some(turn_start) => {
-                let budget = self.client.model().context_window / KEPT_TAIL_SHARE;
+                let budget = self.client.context_window() / KEPT_TAIL_SHARE;
                 split_point(messages, turn_start, budget)
             }
             None => messages.len(),
@@ -748,6 +788,8 @@ impl Compactor<'_> {
             request.push(Message::Assistant {
                 text: String::new(),
                 reasoning: String::new(),
+                reasoning_field: None,
+                reasoning_details: None,
                 tool_calls: Vec::new(),
                 interrupted: false,
             });
@@ -777,6 +819,8 @@ impl Compactor<'_> {
             compacted.push(Message::Assistant {
                 text: "Understood. I will continue from this summary.".to_owned(),
                 reasoning: String::new(),
+                reasoning_field: None,
+                reasoning_details: None,
                 tool_calls: Vec::new(),
                 interrupted: false,
             });
@@ -790,9 +834,13 @@ impl Compactor<'_> {
 
     /// One model request whose text answer is collected, not shown. `None`
     /// when cancelled.
-    async fn complete_text(&self, system_prompt: &str, messages: &[Message]) -> Result<Option<String>, TurnError> {
-        let request = (system_prompt, messages, self.tools);
-        let mut stream = match open_retrying(self.client, self.events, self.cancel, request).await {
+    async fn complete_text(
+        &self,
+        system_prompt: &SystemPrompt,
+        messages: &[Message],
+    ) -> Result<Option<String>, TurnError> {
+        let request = Request::new(self.client, system_prompt, self.tools);
+        let mut stream = match open_retrying(self.client, self.events, self.cancel, (&request, messages)).await {
             Ok(stream) => stream,
             Err(NotOpened::Cancelled) => return Ok(None),
             Err(NotOpened::Failed(error)) => return Err(error),
@@ -805,7 +853,10 @@ impl Compactor<'_> {
                 item = stream.next() => item,
             };
             match item {
-                None => return Ok(Some(decoder.finish().text)),
+                None => {
+                    decoder.end(&mut |_| {});
+                    return Ok(Some(decoder.finish().text));
+                }
                 Some(Ok(chunk)) => {
                     decoder.push(chunk, &mut |_| {}).map_err(|reported| ModelError::Provider(reported.0))?;
                 }
@@ -823,8 +874,41 @@ enum NotOpened {
     Failed(TurnError),
 }
 
-/// Opens a response stream for `(system prompt, messages, tools)`, retrying
-/// the failures a retry can fix (see [`retry`]). Each wait is shown to the
+/// The fixed part of a request in the model's prompt profile: the system
+/// prompt and the tools (the built-ins in that profile's wording).
+struct Request<'a> {
+    system_prompt: &'a str,
+    tools: std::borrow::Cow<'a, [ToolDefinition]>,
+}
+
+impl<'a> Request<'a> {
+    fn new(client: &ModelClient, system_prompt: &'a SystemPrompt, tools: &'a [ToolDefinition]) -> Self {
+        let profile = client.profile();
+        Request { system_prompt: system_prompt.get(profile), tools: tools::for_profile(tools, profile) }
+    }
+}
+
+/// Waits (cancellably) until the model's limits are known: the config's, or
+/// the server's answer to a bounded probe. `false` when cancelled first.
+async fn settle_model(client: &ModelClient, cancel: &CancellationToken) -> bool {
+    tokio::select! {
+        biased;
+        () = cancel.cancelled() => false,
+        _ = client.info() => true,
+    }
+}
+
+/// What the user is told, once per session, when the model takes no tools.
+fn chat_only_notice(reason: &str) -> String {
+    format!(
+        "This model takes no tools ({reason}). lathe goes on without them for this session: the model can only \
+         answer in text, and cannot read, change or run anything. Switch to a model with tool support (`/model`) \
+         for agent work.\n\n"
+    )
+}
+
+/// Opens a response stream for `(request, messages)`, retrying the
+/// failures a retry can fix (see [`retry`]). Each wait is shown to the
 /// user as a thought line and raced against `cancel`. Only opening is
 /// retried: once an answer has started, a failure is reported with the
 /// partial answer kept, since asking again would repeat what the user saw.
@@ -832,14 +916,14 @@ async fn open_retrying(
     client: &ModelClient,
     events: &dyn EventSink,
     cancel: &CancellationToken,
-    (system_prompt, messages, tools): (&str, &[Message], &[ToolDefinition]),
+    (request, messages): (&Request<'_>, &[Message]),
 ) -> Result<ResponseStream, NotOpened> {
     let mut retrier = Retrier::new(client.retry_policy().clone(), retry::random_seed());
     loop {
         let opened = tokio::select! {
             biased;
             () = cancel.cancelled() => return Err(NotOpened::Cancelled),
-            opened = client.stream(system_prompt, messages, tools) => opened,
+            opened = client.stream(request.system_prompt, messages, &request.tools) => opened,
         };
         let error = match opened {
             Ok(stream) => return Ok(stream),
@@ -891,8 +975,8 @@ fn split_point(messages: &[Message], turn_start: usize, budget: u64) -> usize {
 
 /// The size of the next request in tokens: the last exact figure plus an
 /// estimate of what came since, or an estimate of everything (about four
-/// bytes per token).
-pub fn estimate_tokens(conversation: &Conversation, tools: &[ToolDefinition]) -> u64 {
+/// bytes per token) with this system prompt and these tools.
+pub fn estimate_tokens(conversation: &Conversation, system_prompt: &str, tools: &[ToolDefinition]) -> u64 {
     let messages = conversation.messages();
     match conversation.usage_mark {
         Some(mark) if mark.messages <= messages.len() => {
@@ -900,7 +984,7 @@ pub fn estimate_tokens(conversation: &Conversation, tools: &[ToolDefinition]) ->
         }
         _ => {
             let tools_bytes = serde_json::to_vec(tools).map_or(0, |bytes| bytes.len());
-            estimate_text_tokens(&conversation.system_prompt)
+            estimate_text_tokens(system_prompt)
                 + (tools_bytes / 4) as u64
                 + messages.iter().map(estimate_message_tokens).sum::<u64>()
         }
@@ -984,6 +1068,8 @@ pub fn repair_transcript(messages: &mut Vec<Message>, streamed_text: String) {
         messages.push(Message::Assistant {
             text: streamed_text,
             reasoning: String::new(),
+            reasoning_field: None,
+            reasoning_details: None,
             tool_calls: Vec::new(),
             interrupted: true,
         });
@@ -995,12 +1081,26 @@ pub fn repair_transcript(messages: &mut Vec<Message>, streamed_text: String) {
 /// dropped. The marker message is kept even when empty so that user and
 /// assistant messages keep alternating (some chat templates insist).
 fn keep_interrupted(conversation: &mut Conversation, partial: Option<StreamDecoder>) {
-    let (text, reasoning) = match partial {
+    let message = match partial {
         Some(decoder) => {
             let output = decoder.finish();
-            (output.text, output.reasoning)
+            Message::Assistant {
+                text: output.text,
+                reasoning: output.reasoning,
+                reasoning_field: output.reasoning_field,
+                reasoning_details: output.reasoning_details,
+                tool_calls: Vec::new(),
+                interrupted: true,
+            }
         }
-        None => (String::new(), String::new()),
+        None => Message::Assistant {
+            text: String::new(),
+            reasoning: String::new(),
+            reasoning_field: None,
+            reasoning_details: None,
+            tool_calls: Vec::new(),
+            interrupted: true,
+        },
     };
-    conversation.push(Message::Assistant { text, reasoning, tool_calls: Vec::new(), interrupted: true });
+    conversation.push(message);
 }

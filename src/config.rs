@@ -85,8 +85,10 @@ pub struct ModelConfig {
     pub api_key_env: Option<String>,
     /// The key itself, read from `api_key_env` at load time. Never logged.
     pub api_key: Option<ApiKey>,
-    /// Context window in tokens, the `size` of `usage_update`.
-    pub context_window: u64,
+    /// Context window in tokens, the `size` of `usage_update`, when the
+    /// config says; `None` asks the server (see `model::probe`), falling back
+    /// to [`DEFAULT_CONTEXT_WINDOW`].
+    pub context_window: Option<u64>,
     /// Cap on tokens generated per request.
     pub max_output_tokens: Option<u32>,
     /// Which request field carries `max_output_tokens`.
@@ -99,6 +101,10 @@ pub struct ModelConfig {
     pub vision: bool,
     /// Whether to ask for `stream_options.include_usage`.
     pub stream_usage: bool,
+    /// The prompt profile; `None` picks one from the context window.
+    pub prompt: Option<PromptProfile>,
+    /// Which earlier answers carry their reasoning back to the model.
+    pub reasoning_history: ReasoningHistory,
     /// Extra HTTP headers sent with each request.
     pub headers: BTreeMap<String, String>,
     /// Extra top-level JSON fields merged into each request body.
@@ -138,6 +144,54 @@ impl fmt::Debug for ApiKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("ApiKey(<redacted>)")
     }
+}
+
+/// Which system prompt and tool descriptions a model is given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PromptProfile {
+    /// The full prompt and tool descriptions.
+    Standard,
+    /// A short prompt and one-paragraph tool descriptions, the same tools:
+    /// for models with a small context window.
+    Lean,
+}
+
+/// Largest context window for which `prompt = "auto"` picks the lean profile.
+pub const LEAN_PROMPT_MAX_WINDOW: u64 = 16_384;
+
+impl PromptProfile {
+    /// The profile `prompt = "auto"` picks for a model with this window.
+    pub fn for_window(context_window: u64) -> PromptProfile {
+        if context_window <= LEAN_PROMPT_MAX_WINDOW { PromptProfile::Lean } else { PromptProfile::Standard }
+    }
+}
+
+/// `prompt` as written: a profile, or `auto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum PromptToml {
+    Auto,
+    Standard,
+    Lean,
+}
+
+/// Which earlier answers send their reasoning back to the model, in the
+/// field the server used for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReasoningHistory {
+    /// The answers of every exchange (user message to user message) in
+    /// which the model called tools: what DeepSeek's and Kimi's thinking
+    /// modes require and OpenRouter recommends. Reasoning of plain answers
+    /// is left out (those servers ignore it).
+    #[default]
+    Auto,
+    /// Never.
+    #[serde(rename = "none")]
+    Off,
+    /// Every answer's.
+    All,
 }
 
 /// Which JSON field carries the output-token cap.
@@ -422,6 +476,8 @@ struct ModelToml {
     #[serde(default)]
     vision: bool,
     stream_usage: Option<bool>,
+    prompt: Option<PromptToml>,
+    reasoning_history: Option<ReasoningHistory>,
     #[serde(default)]
     headers: BTreeMap<String, String>,
     #[serde(default)]
@@ -452,8 +508,11 @@ struct ProtocolToml {
     max_message_bytes: Option<usize>,
 }
 
-/// Context window assumed when a model does not say.
+/// Context window assumed when neither the config nor the server says.
 pub const DEFAULT_CONTEXT_WINDOW: u64 = 128_000;
+
+/// The model of the `OPENAI_*` fallback when `OPENAI_MODEL` is unset.
+pub const DEFAULT_OPENAI_MODEL: &str = "gpt-5.6";
 
 /// Upper bound of `network.max_retries`: more retries than this only hide a broken endpoint.
 const MAX_RETRIES: u32 = 100;
@@ -491,15 +550,20 @@ impl Config {
 
     /// The configuration when there is no file: one model `default` from
     /// `OPENAI_BASE_URL` (default `https://api.openai.com/v1`), `OPENAI_API_KEY`
-    /// and `OPENAI_MODEL` (default `gpt-4.1`). With neither a key nor a base URL
-    /// the source is [`ConfigSource::Unconfigured`] and prompts explain how to configure.
+    /// and `OPENAI_MODEL` (default [`DEFAULT_OPENAI_MODEL`], with
+    /// `reasoning_effort = "none"` on OpenAI's own endpoint: its Chat
+    /// Completions refuses function tools with reasoning on). With neither a
+    /// key nor a base URL the source is [`ConfigSource::Unconfigured`] and
+    /// prompts explain how to configure.
     pub fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Config {
         let key = env("OPENAI_API_KEY").filter(|k| !k.is_empty());
         let base_url = env("OPENAI_BASE_URL").filter(|u| !u.is_empty());
         let source =
             if key.is_some() || base_url.is_some() { ConfigSource::Environment } else { ConfigSource::Unconfigured };
         let base_url = base_url.unwrap_or_else(|| "https://api.openai.com/v1".to_owned());
-        let model = env("OPENAI_MODEL").filter(|m| !m.is_empty()).unwrap_or_else(|| "gpt-4.1".to_owned());
+        let named = env("OPENAI_MODEL").filter(|m| !m.is_empty());
+        let reasoning_effort = (named.is_none() && base_url.contains("api.openai.com")).then(|| "none".to_owned());
+        let model = named.unwrap_or_else(|| DEFAULT_OPENAI_MODEL.to_owned());
         let max_tokens_field = default_max_tokens_field(&base_url);
         let model_config = ModelConfig {
             key: "default".to_owned(),
@@ -508,13 +572,15 @@ impl Config {
             model,
             api_key_env: Some("OPENAI_API_KEY".to_owned()),
             api_key: key.map(ApiKey::new),
-            context_window: DEFAULT_CONTEXT_WINDOW,
+            context_window: None,
             max_output_tokens: None,
             max_tokens_field,
             temperature: None,
-            reasoning_effort: None,
+            reasoning_effort,
             vision: false,
             stream_usage: true,
+            prompt: None,
+            reasoning_history: ReasoningHistory::Auto,
             headers: BTreeMap::new(),
             extra_body: serde_json::Map::new(),
         };
@@ -574,8 +640,7 @@ impl Config {
             if m.model.trim().is_empty() {
                 return Err(invalid(&at("model"), "must not be empty".to_owned()));
             }
-            let context_window = m.context_window.unwrap_or(DEFAULT_CONTEXT_WINDOW);
-            if context_window == 0 {
+            if m.context_window == Some(0) {
                 return Err(invalid(&at("context_window"), "must be greater than 0".to_owned()));
             }
             if let Some(t) = m.temperature
@@ -612,13 +677,19 @@ impl Config {
                     model: m.model,
                     api_key_env: m.api_key_env,
                     api_key,
-                    context_window,
+                    context_window: m.context_window,
                     max_output_tokens: m.max_output_tokens,
                     max_tokens_field,
                     temperature: m.temperature,
                     reasoning_effort: m.reasoning_effort,
                     vision: m.vision,
                     stream_usage: m.stream_usage.unwrap_or(true),
+                    prompt: match m.prompt {
+                        None | Some(PromptToml::Auto) => None,
+                        Some(PromptToml::Standard) => Some(PromptProfile::Standard),
+                        Some(PromptToml::Lean) => Some(PromptProfile::Lean),
+                    },
+                    reasoning_history: m.reasoning_history.unwrap_or_default(),
                     headers: m.headers,
                     extra_body,
                 },
@@ -902,11 +973,37 @@ max_output_tokens = 8192
         let model = config.default_model().unwrap();
         assert_eq!(model.base_url, "http://127.0.0.1:11434/v1");
         assert_eq!(model.model, "qwen2.5-coder:14b");
-        assert_eq!(model.context_window, 32768);
+        assert_eq!(model.context_window, Some(32768));
+        assert_eq!(model.prompt, None, "auto by default");
+        assert_eq!(model.reasoning_history, ReasoningHistory::Auto);
         assert_eq!(model.max_output_tokens, Some(8192));
         assert_eq!(model.api_key.as_ref().unwrap().expose(), "secret-key");
         assert_eq!(model.max_tokens_field, MaxTokensField::MaxTokens);
         assert!(!format!("{model:?}").contains("secret-key"));
+    }
+
+    #[test]
+    fn prompt_and_reasoning_history_keys() {
+        let model = |extra: &str| {
+            parse(&format!("[models.m]\nbase_url = \"http://x/v1\"\nmodel = \"a\"\n{extra}"))
+                .map(|config| config.default_model().cloned().unwrap())
+        };
+        assert_eq!(model("prompt = \"lean\"").unwrap().prompt, Some(PromptProfile::Lean));
+        assert_eq!(model("prompt = \"standard\"").unwrap().prompt, Some(PromptProfile::Standard));
+        assert_eq!(model("prompt = \"auto\"").unwrap().prompt, None);
+        assert_eq!(model("reasoning_history = \"none\"").unwrap().reasoning_history, ReasoningHistory::Off);
+        assert_eq!(model("reasoning_history = \"all\"").unwrap().reasoning_history, ReasoningHistory::All);
+        assert_eq!(model("").unwrap().context_window, None);
+        for (bad, key) in [
+            ("prompt = \"tiny\"", "models.m.prompt"),
+            ("reasoning_history = \"some\"", "models.m.reasoning_history"),
+            ("context_window = 0", "models.m.context_window"),
+        ] {
+            let err = model(bad).unwrap_err().to_string();
+            assert!(err.contains(key), "{bad}: {err}");
+        }
+        assert_eq!(PromptProfile::for_window(16_384), PromptProfile::Lean);
+        assert_eq!(PromptProfile::for_window(16_385), PromptProfile::Standard);
     }
 
     #[test]
@@ -948,7 +1045,7 @@ max_output_tokens = 8192
 
     #[test]
     fn a_single_model_is_the_default() {
-        let config = parse("[models.only]\nbase_url = \"https://api.openai.com/v1\"\nmodel = \"gpt-4.1\"\n").unwrap();
+        let config = parse("[models.only]\nbase_url = \"https://api.openai.com/v1\"\nmodel = \"gpt-5.6\"\n").unwrap();
         assert_eq!(config.default_model, "only");
         assert_eq!(config.default_model().unwrap().max_tokens_field, MaxTokensField::MaxCompletionTokens);
     }
@@ -965,7 +1062,16 @@ max_output_tokens = 8192
         let model = config.default_model().unwrap();
         assert_eq!(model.base_url, "https://api.openai.com/v1");
         assert_eq!(model.model, "gpt-x");
+        assert_eq!(model.reasoning_effort, None, "a named model is taken as it is");
+        assert_eq!(model.context_window, None, "asked of the server");
         assert_eq!(Config::from_env(&no_env).source, ConfigSource::Unconfigured);
+        let key_only = |name: &str| (name == "OPENAI_API_KEY").then(|| "k".to_owned());
+        let config = Config::from_env(&key_only);
+        let model = config.default_model().unwrap();
+        assert_eq!(model.model, DEFAULT_OPENAI_MODEL);
+        assert_eq!(model.reasoning_effort.as_deref(), Some("none"), "tools need it on OpenAI's Chat Completions");
+        let elsewhere = |name: &str| (name == "OPENAI_BASE_URL").then(|| "http://127.0.0.1:8080/v1".to_owned());
+        assert_eq!(Config::from_env(&elsewhere).default_model().unwrap().reasoning_effort, None);
     }
 
     #[test]
@@ -1023,6 +1129,21 @@ max_output_tokens = 8192
         let off = text.replace("\nfetch = true\n", "\nfetch = false\n");
         let off = Config::from_toml_str(&off, Path::new("config.example.toml"), &no_env).unwrap();
         assert_eq!(off.tools, ToolSettings { fetch: false }, "[tools] fetch = false turns the tool off");
+        // The presets say when they were checked against the servers' docs, and
+        // name no model its provider has retired or scheduled for shutdown.
+        assert!(text.contains("checked against each server's documentation on 20"), "the check is dated");
+        for model in config.models.values() {
+            for retired in ["gpt-4.1", "deepseek-chat", "deepseek-reasoner"] {
+                assert_ne!(model.model, retired, "{}", model.key);
+            }
+            for (name, value) in &model.headers {
+                if name.eq_ignore_ascii_case("HTTP-Referer") {
+                    assert!(value.starts_with("https://") && !value.contains("example"), "a real URL or none");
+                }
+            }
+        }
+        let local = ["ollama", "vllm", "llamacpp", "lmstudio", "openrouter"];
+        assert!(local.iter().all(|key| config.models[*key].context_window.is_none()), "their servers say");
         // The MCP server examples are commented out; they parse once uncommented.
         let (head, examples) = text.split_once("# Examples (remove the leading").unwrap();
         let uncommented: String =

@@ -20,14 +20,19 @@
 //!
 //! The prompt is built once per session and kept, so that every request of a
 //! session starts with the same bytes (provider prompt caches hit) and nothing
-//! volatile, like the time of day, changes between requests. This module
-//! knows nothing of ACP or the model API.
+//! volatile, like the time of day, changes between requests. It is built in
+//! both profiles ([`PromptProfile`]): the standard prompt, and the lean one
+//! for models with a small context window (`prompts/lean/system.md`, with the
+//! same environment and instructions); the model in use picks one. This
+//! module knows nothing of ACP or the model API.
 
 use std::path::{Path, PathBuf};
 
+use crate::config::PromptProfile;
 use crate::fs_guard::{self, Area};
 
 const SYSTEM: &str = include_str!("../prompts/system.md");
+const LEAN_SYSTEM: &str = include_str!("../prompts/lean/system.md");
 const ENVIRONMENT: &str = include_str!("../prompts/environment.md");
 
 /// What the prompt says about where the agent runs.
@@ -50,19 +55,43 @@ impl Environment<'_> {
     }
 }
 
-/// The complete system prompt for a session.
-pub fn system_prompt(environment: &Environment<'_>, instructions: &[Instructions]) -> String {
-    let cwd = environment.cwd.display().to_string();
-    let filled = ENVIRONMENT.replace("{cwd}", &cwd).replace("{os}", environment.os).replace("{date}", environment.date);
-    let mut prompt = format!("{}\n{}", SYSTEM.trim_end(), filled.trim_end());
-    if !instructions.is_empty() {
-        prompt.push_str("\n\n");
-        prompt.push_str(INSTRUCTIONS.trim_end());
-        for file in instructions {
-            prompt.push_str(&format!("\n\n## {}\n\n{}", file.path.display(), file.text.trim()));
+/// A session's system prompt in each profile.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SystemPrompt {
+    standard: String,
+    lean: String,
+}
+
+impl SystemPrompt {
+    /// The prompt for `profile`.
+    pub fn get(&self, profile: PromptProfile) -> &str {
+        match profile {
+            PromptProfile::Standard => &self.standard,
+            PromptProfile::Lean => &self.lean,
         }
     }
-    prompt
+}
+
+impl From<&str> for SystemPrompt {
+    /// The same text in every profile.
+    fn from(text: &str) -> Self {
+        SystemPrompt { standard: text.to_owned(), lean: text.to_owned() }
+    }
+}
+
+/// The complete system prompt for a session, in both profiles.
+pub fn system_prompt(environment: &Environment<'_>, instructions: &[Instructions]) -> SystemPrompt {
+    let cwd = environment.cwd.display().to_string();
+    let filled = ENVIRONMENT.replace("{cwd}", &cwd).replace("{os}", environment.os).replace("{date}", environment.date);
+    let mut rest = format!("\n{}", filled.trim_end());
+    if !instructions.is_empty() {
+        rest.push_str("\n\n");
+        rest.push_str(INSTRUCTIONS.trim_end());
+        for file in instructions {
+            rest.push_str(&format!("\n\n## {}\n\n{}", file.path.display(), file.text.trim()));
+        }
+    }
+    SystemPrompt { standard: format!("{}{rest}", SYSTEM.trim_end()), lean: format!("{}{rest}", LEAN_SYSTEM.trim_end()) }
 }
 
 const INSTRUCTIONS: &str = include_str!("../prompts/instructions.md");
@@ -126,12 +155,16 @@ mod tests {
     #[test]
     fn fills_the_environment_and_is_deterministic() {
         let env = Environment { cwd: Path::new("/work/project"), os: "linux", date: "Wed, 02 Dec 2026" };
-        let prompt = system_prompt(&env, &[]);
-        assert!(prompt.starts_with("You are lathe"));
-        assert!(prompt.contains("Working directory (the project root for this session): /work/project"));
-        assert!(prompt.contains("Operating system: linux"));
-        assert!(!prompt.contains('{'), "every placeholder is filled: {prompt}");
-        assert_eq!(prompt, system_prompt(&env, &[]));
+        let prompts = system_prompt(&env, &[]);
+        for profile in [PromptProfile::Standard, PromptProfile::Lean] {
+            let prompt = prompts.get(profile);
+            assert!(prompt.starts_with("You are lathe"));
+            assert!(prompt.contains("Working directory (the project root for this session): /work/project"));
+            assert!(prompt.contains("Operating system: linux"));
+            assert!(!prompt.contains('{'), "every placeholder is filled: {prompt}");
+        }
+        assert!(prompts.get(PromptProfile::Lean).len() < prompts.get(PromptProfile::Standard).len() / 2);
+        assert_eq!(prompts, system_prompt(&env, &[]));
     }
 
     #[test]
@@ -154,9 +187,12 @@ mod tests {
         assert_eq!(texts, ["user rules", "repo rules", "crates rules", "core rules"]);
 
         let env = Environment { cwd: &cwd, os: "linux", date: "d" };
-        let prompt = system_prompt(&env, &files);
-        assert!(prompt.contains("repo rules") && prompt.find("repo rules") < prompt.find("core rules"));
-        assert!(prompt.contains(&format!("## {}", repo.join("AGENTS.md").display())));
+        let prompts = system_prompt(&env, &files);
+        for profile in [PromptProfile::Standard, PromptProfile::Lean] {
+            let prompt = prompts.get(profile);
+            assert!(prompt.contains("repo rules") && prompt.find("repo rules") < prompt.find("core rules"));
+            assert!(prompt.contains(&format!("## {}", repo.join("AGENTS.md").display())));
+        }
     }
 
     #[test]

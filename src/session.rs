@@ -61,7 +61,7 @@ impl Journal {
 #[derive(Debug, Default)]
 pub struct Conversation {
     /// Built once when the session starts, so every request shares its bytes.
-    pub system_prompt: String,
+    pub system_prompt: crate::prompt::SystemPrompt,
     messages: Vec<Message>,
     /// Every tool-call id used so far: ACP wants them unique within the session.
     pub tool_call_ids: HashSet<String>,
@@ -70,6 +70,8 @@ pub struct Conversation {
     /// Tokens the current turn's model requests used, summed over the
     /// requests whose server reported usage; `None` when none did.
     pub turn_usage: Option<crate::model::Usage>,
+    /// The user was told that the model takes no tools (told once per session).
+    pub told_chat_only: bool,
     journal: Option<Journal>,
 }
 
@@ -85,7 +87,7 @@ pub struct UsageMark {
 
 impl Conversation {
     /// A conversation with these messages, journaled to `journal`.
-    pub fn new(system_prompt: String, messages: Vec<Message>, journal: Option<Journal>) -> Self {
+    pub fn new(system_prompt: crate::prompt::SystemPrompt, messages: Vec<Message>, journal: Option<Journal>) -> Self {
         let mut tool_call_ids = HashSet::new();
         for message in &messages {
             match message {
@@ -93,7 +95,15 @@ impl Conversation {
                 Message::User { .. } | Message::Tool { .. } => {}
             }
         }
-        Self { system_prompt, messages, tool_call_ids, usage_mark: None, turn_usage: None, journal }
+        Self {
+            system_prompt,
+            messages,
+            tool_call_ids,
+            usage_mark: None,
+            turn_usage: None,
+            told_chat_only: false,
+            journal,
+        }
     }
 
     /// Everything after the system prompt.

@@ -448,6 +448,11 @@ struct Home {
 
 impl Home {
     fn new(base_url: &str) -> Home {
+        Home::with_model_toml(base_url, "")
+    }
+
+    /// A home whose model config also has `model_toml` (e.g. `prompt = "lean"`).
+    fn with_model_toml(base_url: &str, model_toml: &str) -> Home {
         let dir = tempfile::tempdir().expect("a temporary home");
         let project = dir.path().join("project");
         std::fs::create_dir_all(&project).expect("the project directory");
@@ -456,7 +461,7 @@ impl Home {
         // The same model entry as the tests' `write_config`.
         let text = format!(
             "default_model = \"mock\"\n[models.mock]\nbase_url = \"{base_url}\"\nmodel = \"mock-model\"\n\
-             context_window = 32768\nmax_output_tokens = 1024\n"
+             context_window = 32768\nmax_output_tokens = 1024\n{model_toml}"
         );
         std::fs::write(&config, text).expect("write the bench config");
         Home { dir, project, config }
@@ -1167,9 +1172,47 @@ enum Tokenizer {
     Loading(std::thread::JoinHandle<anyhow::Result<tiktoken_rs::CoreBPE>>),
 }
 
+/// The fixed prefix in both prompt profiles: the standard one (the
+/// `tokens.*` figures, budget 3,000) and the lean one (`tokens.lean_*`,
+/// budget 1,200, chosen with `prompt = "lean"`).
 async fn tokens(bpe: anyhow::Result<tiktoken_rs::CoreBPE>, report: &mut Report) {
+    let bpe = match bpe {
+        Ok(bpe) => Some(bpe),
+        Err(err) => {
+            report.notes.push(format!("Tokens: the o200k_base tokenizer could not be loaded: {err}"));
+            None
+        }
+    };
+    prefix_tokens(bpe.as_ref(), Profile::Standard, report).await;
+    prefix_tokens(bpe.as_ref(), Profile::Lean, report).await;
+    report.notes.push(
+        "Tokens: counted on the system prompt text plus the compact JSON of the `tools` array exactly as the mock \
+         received them; providers wrap tool definitions in their own template, which adds a few tokens per tool."
+            .to_owned(),
+    );
+}
+
+/// The prompt profiles the tokens section measures.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Profile {
+    Standard,
+    Lean,
+}
+
+impl Profile {
+    /// The figure keys' infix, the labels' suffix, the model's config line and the token budget.
+    fn parts(self) -> (&'static str, &'static str, &'static str, f64) {
+        match self {
+            Profile::Standard => ("", "", "", 3000.0),
+            Profile::Lean => ("lean_", ", lean profile", "prompt = \"lean\"\n", 1200.0),
+        }
+    }
+}
+
+async fn prefix_tokens(bpe: Option<&tiktoken_rs::CoreBPE>, profile: Profile, report: &mut Report) {
+    let (key, label, model_toml, budget) = profile.parts();
     let mock = MockOpenAi::start().await;
-    let home = Home::new(&mock.base_url());
+    let home = Home::with_model_toml(&mock.base_url(), model_toml);
     let config = home.config.to_string_lossy().into_owned();
     let mut agent = AgentProcess::spawn(&["--config", &config], &[], home.path());
     let session = handshake(&mut agent, json!({}), &home.project).await;
@@ -1201,11 +1244,13 @@ async fn tokens(bpe: anyhow::Result<tiktoken_rs::CoreBPE>, report: &mut Report) 
         .unwrap_or(0);
     let tools_count = serde_json::from_str::<Vec<Value>>(tools_raw).map_or(0, |t| t.len());
     report.check(
-        "tokens.prefix_byte_stable",
+        &format!("tokens.{key}prefix_byte_stable"),
         stable && system["role"] == "system" && tools_count > 0,
         format!(
-            "the system message ({} bytes) and the {tools_count} tool definitions ({} bytes) are byte-identical in \
-             {} consecutive requests of one session (one after a tool call); their bodies share their first {common_prefix} bytes",
+            "{}the system message ({} bytes) and the {tools_count} tool definitions ({} bytes) are byte-identical \
+             in {} consecutive requests of one session (one after a tool call); their bodies share their first \
+             {common_prefix} bytes",
+            if profile == Profile::Lean { "lean profile: " } else { "" },
             system_raw.len(),
             tools_raw.len(),
             requests.len()
@@ -1213,42 +1258,33 @@ async fn tokens(bpe: anyhow::Result<tiktoken_rs::CoreBPE>, report: &mut Report) 
     );
     let bytes = (system_raw.len() + tools_raw.len()) as f64;
     report.figures.push(Figure::new(
-        "tokens.prefix_bytes",
-        "Fixed prefix: system message + tool definitions, as sent",
+        &format!("tokens.{key}prefix_bytes"),
+        &format!("Fixed prefix{label}: system message + tool definitions, as sent"),
         "bytes",
         vec![bytes],
     ));
-    match bpe {
-        Ok(bpe) => {
-            let system_tokens = bpe.encode_ordinary(system_text).len() as f64;
-            let tools_tokens = bpe.encode_ordinary(tools_raw).len() as f64;
-            report.figures.push(Figure::new(
-                "tokens.system_tokens",
-                "Fixed prefix: system prompt text (o200k_base)",
-                "tokens",
-                vec![system_tokens],
-            ));
-            report.figures.push(Figure::new(
-                "tokens.tools_tokens",
-                &format!("Fixed prefix: {tools_count} tool definitions as JSON (o200k_base)"),
-                "tokens",
-                vec![tools_tokens],
-            ));
-            report.figures.push(
-                Figure::new(
-                    "tokens.prefix_tokens",
-                    "Fixed prefix: total (o200k_base)",
-                    "tokens",
-                    vec![system_tokens + tools_tokens],
-                )
-                .at_most(Stat::Median, 3000.0),
-            );
-        }
-        Err(err) => report.notes.push(format!("Tokens: the o200k_base tokenizer could not be loaded: {err}")),
-    }
-    report.notes.push(
-        "Tokens: counted on the system prompt text plus the compact JSON of the `tools` array exactly as the mock \
-         received them; providers wrap tool definitions in their own template, which adds a few tokens per tool."
-            .to_owned(),
+    let Some(bpe) = bpe else { return };
+    let system_tokens = bpe.encode_ordinary(system_text).len() as f64;
+    let tools_tokens = bpe.encode_ordinary(tools_raw).len() as f64;
+    report.figures.push(Figure::new(
+        &format!("tokens.{key}system_tokens"),
+        &format!("Fixed prefix{label}: system prompt text (o200k_base)"),
+        "tokens",
+        vec![system_tokens],
+    ));
+    report.figures.push(Figure::new(
+        &format!("tokens.{key}tools_tokens"),
+        &format!("Fixed prefix{label}: {tools_count} tool definitions as JSON (o200k_base)"),
+        "tokens",
+        vec![tools_tokens],
+    ));
+    report.figures.push(
+        Figure::new(
+            &format!("tokens.{key}prefix_tokens"),
+            &format!("Fixed prefix{label}: total (o200k_base)"),
+            "tokens",
+            vec![system_tokens + tools_tokens],
+        )
+        .at_most(Stat::Median, budget),
     );
 }

@@ -4,11 +4,20 @@
 //! What it absorbs from real servers: tool calls whose id, name and arguments
 //! arrive in many fragments, several calls interleaved by `index`; servers that
 //! omit `index` or send each call whole; arguments sent as a JSON object
-//! instead of a string; reasoning under `reasoning_content` or `reasoning`;
-//! usage on the last chunk, on every chunk, or never; errors inside the stream.
+//! instead of a string; reasoning under `reasoning_content` or `reasoning`
+//! (and OpenRouter's `reasoning_details`, merged piece by piece), or as a
+//! `<think>` block opening the text ([`think`]); tool calls written as text
+//! when the server has no parser for the model ([`text_calls`], only when
+//! tools were offered: [`StreamDecoder::offering`]); usage on the last chunk,
+//! on every chunk, or never; errors inside the stream.
+//!
+//! [`think`]: crate::model::think
+//! [`text_calls`]: crate::model::text_calls
 
-use crate::model::ToolCallRequest;
+use crate::model::text_calls::{self, TextCallFormat, TextCallGate};
+use crate::model::think::{Split, ThinkSplitter};
 use crate::model::wire::{ChatChunk, Delta, ToolCallDelta, WireUsage};
+use crate::model::{ReasoningField, ToolCallRequest};
 
 /// Something the user can see as soon as it arrives.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,6 +80,12 @@ pub struct ModelOutput {
     pub text: String,
     /// The reasoning text.
     pub reasoning: String,
+    /// The field the reasoning came in, if any came.
+    pub reasoning_field: Option<ReasoningField>,
+    /// OpenRouter's `reasoning_details`, merged (a JSON array), if any came.
+    pub reasoning_details: Option<serde_json::Value>,
+    /// Set when the tool calls were recovered from the answer text.
+    pub text_tool_calls: Option<TextCallFormat>,
     /// Completed tool calls, in order.
     pub tool_calls: Vec<ToolCallRequest>,
     /// Why it stopped.
@@ -96,7 +111,7 @@ struct PartialCall {
 }
 
 /// Accumulates one response.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct StreamDecoder {
     text: String,
     reasoning: String,
@@ -105,12 +120,45 @@ pub struct StreamDecoder {
     usage: Option<Usage>,
     refused: bool,
     id_prefix: String,
+    reasoning_field: Option<ReasoningField>,
+    reasoning_details: Vec<serde_json::Value>,
+    think: ThinkSplitter,
+    /// Holds the answer back while it may be a tool call written as text.
+    gate: TextCallGate,
+    /// The tools the request offered (calls written as text may name only these).
+    offered: Vec<String>,
+    text_tool_calls: Option<TextCallFormat>,
 }
 
 impl StreamDecoder {
     /// A decoder; `id_prefix` names tool calls whose server gave no id.
     pub fn new(id_prefix: impl Into<String>) -> Self {
-        Self { id_prefix: id_prefix.into(), ..Self::default() }
+        Self {
+            text: String::new(),
+            reasoning: String::new(),
+            calls: Vec::new(),
+            finish_reason: None,
+            usage: None,
+            refused: false,
+            id_prefix: id_prefix.into(),
+            reasoning_field: None,
+            reasoning_details: Vec::new(),
+            think: ThinkSplitter::default(),
+            gate: TextCallGate::open(),
+            offered: Vec::new(),
+            text_tool_calls: None,
+        }
+    }
+
+    /// The request offered these tools: an answer that is nothing but calls
+    /// to them written as text is held back while it streams and recovered
+    /// as tool calls by [`StreamDecoder::end`].
+    pub fn offering<'a>(mut self, tools: impl IntoIterator<Item = &'a str>) -> Self {
+        self.offered = tools.into_iter().map(str::to_owned).collect();
+        if !self.offered.is_empty() {
+            self.gate = TextCallGate::default();
+        }
+        self
     }
 
     /// The answer text received so far.
@@ -160,13 +208,30 @@ impl StreamDecoder {
 
     fn apply(&mut self, delta: Delta, emit: &mut impl FnMut(ModelEvent)) {
         // Servers in transition send the same reasoning under both names: take one.
-        if let Some(reasoning) = delta.reasoning_content.or(delta.reasoning).filter(|r| !r.is_empty()) {
-            self.reasoning.push_str(&reasoning);
-            emit(ModelEvent::Reasoning(reasoning));
+        let reasoning = match (delta.reasoning_content.filter(|r| !r.is_empty()), delta.reasoning) {
+            (Some(text), _) => Some((ReasoningField::ReasoningContent, text)),
+            (None, Some(text)) if !text.is_empty() => Some((ReasoningField::Reasoning, text)),
+            (None, _) => None,
+        };
+        let shown_from_details = reasoning.is_none();
+        for detail in delta.reasoning_details {
+            if shown_from_details
+                && let Some(text) = ["text", "summary"].iter().find_map(|key| detail.get(*key)?.as_str())
+                && !text.is_empty()
+            {
+                self.reasoning.push_str(text);
+                emit(ModelEvent::Reasoning(text.to_owned()));
+            }
+            merge_reasoning_detail(&mut self.reasoning_details, detail);
+        }
+        if let Some((field, text)) = reasoning {
+            self.reasoning_field.get_or_insert(field);
+            self.reasoning.push_str(&text);
+            emit(ModelEvent::Reasoning(text));
         }
         if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
-            self.text.push_str(&text);
-            emit(ModelEvent::Text(text));
+            let split = self.think.push(text);
+            self.take_split(split, emit);
         }
         if let Some(refusal) = delta.refusal.filter(|r| !r.is_empty()) {
             self.refused = true;
@@ -221,13 +286,75 @@ impl StreamDecoder {
         }
     }
 
+    /// Reasoning from a `<think>` block, and answer text (through the gate).
+    fn take_split(&mut self, split: Split, emit: &mut impl FnMut(ModelEvent)) {
+        if !split.reasoning.is_empty() {
+            self.reasoning_field.get_or_insert(ReasoningField::ReasoningContent);
+            self.reasoning.push_str(&split.reasoning);
+            emit(ModelEvent::Reasoning(split.reasoning));
+        }
+        if !split.text.is_empty()
+            && let Some(text) = self.gate.push(split.text)
+        {
+            self.text.push_str(&text);
+            emit(ModelEvent::Text(text));
+        }
+    }
+
+    /// The stream ended normally: what was held back is shown, or, when
+    /// the answer is nothing but tool calls written as text (and the server
+    /// sent no structured ones), it becomes those calls.
+    pub fn end(&mut self, emit: &mut impl FnMut(ModelEvent)) {
+        let split = self.think.finish();
+        self.take_split(split, emit);
+        let held = self.gate.take_held();
+        if held.is_empty() {
+            return;
+        }
+        let offered = &self.offered;
+        let recovered = if self.calls.is_empty() {
+            text_calls::parse(&held, |name| offered.iter().any(|tool| tool == name))
+        } else {
+            None
+        };
+        let Some((format, calls)) = recovered else {
+            self.text.push_str(&held);
+            emit(ModelEvent::Text(held));
+            return;
+        };
+        for call in calls {
+            let position = self.calls.len();
+            let id = call.id.filter(|id| !id.is_empty()).unwrap_or_else(|| format!("{}{position}", self.id_prefix));
+            emit(ModelEvent::ToolCallStarted { position, id: id.clone(), name: call.name.clone() });
+            self.calls.push(PartialCall {
+                index: None,
+                id,
+                name: call.name,
+                arguments: call.arguments,
+                announced: true,
+            });
+        }
+        self.text_tool_calls = Some(format);
+        if matches!(self.finish_reason, None | Some(FinishReason::Stop)) {
+            self.finish_reason = Some(FinishReason::ToolCalls);
+        }
+    }
+
     fn new_call(&mut self, index: Option<u32>) -> usize {
         self.calls.push(PartialCall { index, ..PartialCall::default() });
         self.calls.len() - 1
     }
 
-    /// The complete output. Calls without a name are dropped (nothing can run them).
-    pub fn finish(self) -> ModelOutput {
+    /// The complete output. Calls without a name are dropped (nothing can
+    /// run them). Text still held back (the stream did not [`end`]) is
+    /// kept as text, unshown.
+    ///
+    /// [`end`]: StreamDecoder::end
+    pub fn finish(mut self) -> ModelOutput {
+        let split = self.think.finish();
+        self.reasoning.push_str(&split.reasoning);
+        self.text.push_str(&self.gate.take_held());
+        self.text.push_str(&split.text);
         let id_prefix = self.id_prefix;
         let tool_calls: Vec<ToolCallRequest> = self
             .calls
@@ -248,11 +375,39 @@ impl StreamDecoder {
         ModelOutput {
             text: self.text,
             reasoning: self.reasoning,
+            reasoning_field: self.reasoning_field,
+            reasoning_details: (!self.reasoning_details.is_empty())
+                .then(|| serde_json::Value::Array(self.reasoning_details)),
+            text_tool_calls: self.text_tool_calls,
             tool_calls,
             finish_reason,
             usage: self.usage,
             refused: self.refused,
         }
+    }
+}
+
+/// Adds one streamed `reasoning_details` item: a piece of the item before
+/// it (same `index` and `type`) has its strings appended and its other
+/// fields (`signature`, `id`, ...) filled in; anything else is a new item.
+fn merge_reasoning_detail(details: &mut Vec<serde_json::Value>, piece: serde_json::Value) {
+    use serde_json::Value;
+    let continues = piece.get("index").is_some()
+        && details.last().is_some_and(|last| ["index", "type"].iter().all(|key| last.get(*key) == piece.get(*key)));
+    match (details.last_mut(), piece) {
+        (Some(Value::Object(last)), Value::Object(piece)) if continues => {
+            for (key, value) in piece {
+                let appended = ["text", "summary", "data"].contains(&key.as_str());
+                match (last.get_mut(&key), value) {
+                    (Some(Value::String(existing)), Value::String(more)) if appended => existing.push_str(&more),
+                    (_, Value::Null) => {}
+                    (_, value) => {
+                        last.insert(key, value);
+                    }
+                }
+            }
+        }
+        (_, piece) => details.push(piece),
     }
 }
 

@@ -11,13 +11,19 @@
 //! when the model outpaces the editor, holds every parsed chunk in memory
 //! (4.9 MB at the peak of the benchmark's 10,000-delta turn). [`decode`] turns
 //! chunks into events, purely; [`retry`] decides, purely, whether and when a
-//! failed request is tried again (the turn loop does the waiting). This module
-//! knows nothing of ACP or tools: it sends the messages and tool definitions it
-//! is given and reports what came back.
+//! failed request is tried again (the turn loop does the waiting); [`probe`]
+//! asks the server for the model's context window when the config does not
+//! give it. The client also remembers what a server refused: `stream_options`
+//! (usage is then not asked for) and tools (the model is then chat-only).
+//! This module knows nothing of ACP or tools: it sends the messages and tool
+//! definitions it is given and reports what came back.
 
 pub mod decode;
+pub mod probe;
 pub mod retry;
 pub mod sse;
+pub mod text_calls;
+pub mod think;
 pub mod wire;
 
 use std::pin::Pin;
@@ -30,8 +36,9 @@ use eventsource_stream::{Event, EventStreamError, Eventsource as _};
 use futures_util::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 
-use crate::config::{ModelConfig, NetworkSettings};
+use crate::config::{DEFAULT_CONTEXT_WINDOW, ModelConfig, NetworkSettings, PromptProfile};
 pub use decode::{FinishReason, ModelEvent, ModelOutput, StreamDecoder, Usage};
+pub use probe::{ModelInfo, WindowSource};
 use wire::{ChatChunk, ChatRequest};
 
 /// One message of the conversation, as lathe keeps it.
@@ -47,9 +54,15 @@ pub enum Message {
     Assistant {
         /// The answer text.
         text: String,
-        /// The reasoning, kept for the record; not sent back to the model.
+        /// The reasoning (sent back as the model's `reasoning_history` says).
         #[serde(default, skip_serializing_if = "String::is_empty")]
         reasoning: String,
+        /// The field the server put the reasoning in.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reasoning_field: Option<ReasoningField>,
+        /// OpenRouter's `reasoning_details`, kept verbatim to be sent back.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reasoning_details: Option<serde_json::Value>,
         /// Tool calls the model made.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         tool_calls: Vec<ToolCallRequest>,
@@ -64,6 +77,17 @@ pub enum Message {
         /// What the tool returned (or why it failed).
         content: String,
     },
+}
+
+/// Where a server put an answer's reasoning, so that it goes back the same way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReasoningField {
+    /// `reasoning_content` (DeepSeek, Kimi, vLLM, llama.cpp, LM Studio), or
+    /// `<think>` tags in the text, which servers read back from this field.
+    ReasoningContent,
+    /// `reasoning` (OpenRouter, Ollama).
+    Reasoning,
 }
 
 /// A part of a user message.
@@ -227,11 +251,40 @@ impl ModelError {
     }
 }
 
+/// Whether a 400's message says the server takes no tools for this model
+/// (Ollama: "… does not support tools"; llama.cpp: "tools param requires
+/// --jinja flag"; vLLM: "\"auto\" tool choice requires
+/// --enable-auto-tool-choice …"). Not: OpenAI's refusal of tools *with
+/// reasoning* (the fix is `reasoning_effort = "none"`, not losing the
+/// tools), nor a message about one tool's schema.
+fn refuses_tools(message: &str) -> bool {
+    let message = message.to_ascii_lowercase();
+    let about_tools = ["tools", "tool_choice", "tool choice", "tool calling", "tool use", "function calling"]
+        .iter()
+        .any(|word| message.contains(word));
+    let refusal = ["not support", "unsupported", "requires", "not enabled", "not available", "not allowed"]
+        .iter()
+        .any(|word| message.contains(word));
+    about_tools
+        && refusal
+        && !message.contains("reasoning_effort")
+        && !message.contains("schema")
+        && !looks_like_context_overflow(&message)
+}
+
 fn looks_like_context_overflow(message: &str) -> bool {
     let message = message.to_ascii_lowercase();
     ["context length", "context_length", "context window", "maximum context", "too many tokens", "prompt is too long"]
         .iter()
         .any(|needle| message.contains(needle))
+}
+
+/// What a model's server says of it, asked the way a session asks (see
+/// [`ModelClient::info`]): the context window and which answer gave it,
+/// and whether the model takes tools and images. For `lathe doctor`.
+pub async fn describe(model: &ModelConfig, network: &NetworkSettings) -> Result<ModelInfo, ModelError> {
+    let client = ModelClient::new(Arc::new(model.clone()), network)?;
+    Ok(client.info().await.clone())
 }
 
 /// A client for one configured model.
@@ -243,6 +296,11 @@ pub struct ModelClient {
     stream_idle_timeout: Duration,
     /// Cleared when the server rejects `stream_options`, so later requests omit it.
     include_usage: AtomicBool,
+    /// Why the model takes no tools, once the server said so: later
+    /// requests offer none.
+    tools_refused: std::sync::OnceLock<String>,
+    /// The model's limits: configured, or asked of the server once.
+    info: tokio::sync::OnceCell<ModelInfo>,
     /// How the turn loop retries a request that failed before its answer started.
     retry: retry::RetryPolicy,
 }
@@ -279,6 +337,8 @@ impl ModelClient {
             upstream,
             openai: openai_config,
             include_usage: AtomicBool::new(model.stream_usage),
+            tools_refused: std::sync::OnceLock::new(),
+            info: tokio::sync::OnceCell::new(),
             model,
             stream_idle_timeout: network.stream_idle_timeout,
             retry: retry::RetryPolicy::from_settings(network),
@@ -296,26 +356,107 @@ impl ModelClient {
         &self.retry
     }
 
+    /// The model's context window and, where the server says, whether it
+    /// takes tools and images: the config's window, else the server's
+    /// answer (asked once, the first time; see [`probe`]), else the default.
+    /// Dropping the future before it is done leaves the question open for
+    /// the next caller (a cancelled turn does not cache a half answer).
+    pub async fn info(&self) -> &ModelInfo {
+        self.info
+            .get_or_init(|| async {
+                let info = match self.model.context_window {
+                    Some(window) => ModelInfo::configured(window),
+                    None => probe::probe(&self.model.base_url, &self.model.model, |request| self.fetch(request)).await,
+                };
+                tracing::info!(
+                    model = %self.model.key,
+                    context_window = info.context_window,
+                    source = %info.window_source,
+                    tools = ?info.tools,
+                    vision = ?info.vision,
+                    "model limits"
+                );
+                if info.tools == Some(false) {
+                    self.refuse_tools("the server lists no tool support for this model".to_owned());
+                }
+                if info.vision == Some(false) && self.model.vision {
+                    tracing::warn!(model = %self.model.key, "vision = true, but the server says this model takes no images");
+                }
+                info
+            })
+            .await
+    }
+
+    /// The context window: what [`ModelClient::info`] found, or, before it
+    /// was asked, the configured window or the default.
+    pub fn context_window(&self) -> u64 {
+        match self.info.get() {
+            Some(info) => info.context_window,
+            None => self.model.context_window.unwrap_or(DEFAULT_CONTEXT_WINDOW),
+        }
+    }
+
+    /// The prompt profile: the configured one, else the one the context
+    /// window calls for.
+    pub fn profile(&self) -> PromptProfile {
+        self.model.prompt.unwrap_or_else(|| PromptProfile::for_window(self.context_window()))
+    }
+
+    /// Why this model takes no tools, once a server said so. Requests then
+    /// offer none.
+    pub fn chat_only(&self) -> Option<&str> {
+        self.tools_refused.get().map(String::as_str)
+    }
+
+    fn refuse_tools(&self, reason: String) {
+        if self.tools_refused.set(reason).is_ok() {
+            tracing::warn!(model = %self.model.key, reason = ?self.chat_only(), "the model takes no tools; going on chat-only");
+        }
+    }
+
+    /// One probe request with the endpoint's headers (auth included): the
+    /// JSON body of a successful answer, capped in size.
+    async fn fetch(&self, request: probe::ProbeRequest) -> Option<serde_json::Value> {
+        let builder = match &request.body {
+            Some(body) => self.upstream.http.post(&request.url).json(body),
+            None => self.upstream.http.get(&request.url),
+        };
+        let request = builder.headers(self.openai.headers()).build().ok()?;
+        let response = self.upstream.send_probe(request).await?;
+        let body = read_capped(response).await.ok()?;
+        serde_json::from_slice(&body).ok()
+    }
+
     /// Sends one streaming request and waits for the response to start.
     /// Dropping the future or the stream closes the connection.
+    ///
+    /// A server that refuses `stream_options` is asked again without it, and
+    /// one that refuses tools is asked again without them; both are
+    /// remembered for later requests (see [`ModelClient::chat_only`]).
     pub async fn stream(
         &self,
         system_prompt: &str,
         messages: &[Message],
         tools: &[ToolDefinition],
     ) -> Result<ResponseStream, ModelError> {
-        let include_usage = self.include_usage.load(Ordering::Relaxed);
-        let request = ChatRequest::new(&self.model, system_prompt, messages, tools, include_usage);
-        match self.open(&request).await {
-            Err(ModelError::Http { status: 400 | 422, message, .. })
-                if include_usage && message.contains("stream_options") =>
-            {
-                tracing::info!(model = %self.model.key, "the endpoint rejects stream_options; retrying without it");
-                self.include_usage.store(false, Ordering::Relaxed);
-                let request = ChatRequest::new(&self.model, system_prompt, messages, tools, false);
-                self.open(&request).await
+        loop {
+            let include_usage = self.include_usage.load(Ordering::Relaxed);
+            let tools = if self.chat_only().is_some() { &[] } else { tools };
+            let request = ChatRequest::new(&self.model, system_prompt, messages, tools, include_usage);
+            match self.open(&request).await {
+                Err(ModelError::Http { status: 400 | 422, message, .. })
+                    if include_usage && message.contains("stream_options") =>
+                {
+                    tracing::info!(model = %self.model.key, "the endpoint rejects stream_options; retrying without it");
+                    self.include_usage.store(false, Ordering::Relaxed);
+                }
+                Err(ModelError::Http { status: 400 | 422, message, .. })
+                    if !tools.is_empty() && refuses_tools(&message) =>
+                {
+                    self.refuse_tools(format!("the endpoint answered: {message}"));
+                }
+                other => return other,
             }
-            other => other,
         }
     }
 
@@ -440,15 +581,15 @@ struct UpstreamService {
 const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
 
 impl UpstreamService {
+    /// A metadata request: the answer when it is a success, else nothing.
+    async fn send_probe(&self, mut request: reqwest::Request) -> Option<reqwest::Response> {
+        drop_empty_bearer(&mut request);
+        let response = self.http.execute(request).await.ok()?;
+        response.status().is_success().then_some(response)
+    }
+
     async fn send(&self, mut request: reqwest::Request) -> Result<reqwest::Response, ModelError> {
-        // async-openai's config always makes a bearer token; with no key configured, send no header at all.
-        let empty_bearer = request
-            .headers()
-            .get(reqwest::header::AUTHORIZATION)
-            .is_some_and(|value| value.as_bytes().trim_ascii() == b"Bearer");
-        if empty_bearer {
-            request.headers_mut().remove(reqwest::header::AUTHORIZATION);
-        }
+        drop_empty_bearer(&mut request);
         let response = match tokio::time::timeout(self.response_timeout, self.http.execute(request)).await {
             Ok(Ok(response)) => response,
             Ok(Err(err)) => {
@@ -498,6 +639,18 @@ impl UpstreamService {
             .body(sse)
             .map_err(|err| ModelError::InvalidResponse(err.to_string()))?;
         Ok(reqwest::Response::from(rebuilt))
+    }
+}
+
+/// async-openai's config always makes a bearer token; with no key
+/// configured, send no header at all.
+fn drop_empty_bearer(request: &mut reqwest::Request) {
+    let empty_bearer = request
+        .headers()
+        .get(reqwest::header::AUTHORIZATION)
+        .is_some_and(|value| value.as_bytes().trim_ascii() == b"Bearer");
+    if empty_bearer {
+        request.headers_mut().remove(reqwest::header::AUTHORIZATION);
     }
 }
 
@@ -591,6 +744,27 @@ mod tests {
         assert_eq!(provider_message(br#"{"error":"plain"}"#, status), "plain");
         assert_eq!(provider_message(b"<html>\n oops \n</html>", status), "<html> oops </html>");
         assert_eq!(provider_message(b"", status), "Bad Request");
+    }
+
+    #[test]
+    fn what_counts_as_refusing_tools() {
+        for refusal in [
+            "registry.ollama.ai/library/gemma:2b does not support tools",
+            "tools param requires --jinja flag",
+            "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set",
+            "This model does not support function calling",
+        ] {
+            assert!(refuses_tools(refusal), "{refusal}");
+        }
+        for other in [
+            "Function tools with reasoning_effort are not supported for gpt-5.6 in /v1/chat/completions. \
+             To use function tools, use /v1/responses or set reasoning_effort to 'none'.",
+            "Invalid schema for function 'edit_file': tools[2].function.parameters is not supported",
+            "unknown parameter: stream_options",
+            "This model's maximum context length is 8192 tokens; the request requires 9000 with its tools",
+        ] {
+            assert!(!refuses_tools(other), "{other}");
+        }
     }
 
     #[test]

@@ -2,6 +2,10 @@
 //!
 //! Requests are built from the conversation ([`crate::model::Message`]) by
 //! borrowing, so nothing is copied per request beyond the serialized bytes.
+//! Text-only messages go out with a plain string `content` (some servers'
+//! chat templates fail on content arrays); an answer's reasoning goes back
+//! in the field the server used for it, for the answers the model's
+//! `reasoning_history` names.
 //! Response chunks are decoded leniently: every field is optional, unknown
 //! fields are ignored, and the same type reads a streamed `chat.completion.chunk`
 //! (`delta`) and a whole `chat.completion` (`message`), because some servers
@@ -10,8 +14,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::config::{MaxTokensField, ModelConfig};
-use crate::model::{Message, ToolDefinition, UserPart};
+use crate::config::{MaxTokensField, ModelConfig, ReasoningHistory};
+use crate::model::{Message, ReasoningField, ToolDefinition, UserPart};
 
 /// The request body of `POST /chat/completions`.
 #[derive(Debug, Serialize)]
@@ -51,7 +55,14 @@ impl<'a> ChatRequest<'a> {
     ) -> Self {
         let mut wire = Vec::with_capacity(messages.len() + 1);
         wire.push(WireMessage::System { content: system_prompt });
-        wire.extend(messages.iter().map(WireMessage::from));
+        let sent = reasoning_sent(messages, model.reasoning_history);
+        // An answer that called tools without reasoning still carries the
+        // field (empty): DeepSeek refuses a tool-call answer without it.
+        let field = messages.iter().rev().find_map(|m| match m {
+            Message::Assistant { reasoning_field, .. } => *reasoning_field,
+            Message::User { .. } | Message::Tool { .. } => None,
+        });
+        wire.extend(messages.iter().zip(sent).map(|(message, send)| WireMessage::new(message, send, field)));
         let (max_tokens, max_completion_tokens) = match model.max_tokens_field {
             MaxTokensField::MaxTokens => (model.max_output_tokens, None),
             MaxTokensField::MaxCompletionTokens => (None, model.max_output_tokens),
@@ -84,6 +95,12 @@ enum WireMessage<'a> {
         // `null` (not absent, not "") when the message only calls tools: that
         // is what OpenAI itself returns, so every compatible server accepts it.
         content: Option<std::borrow::Cow<'a, str>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reasoning_content: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reasoning: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reasoning_details: Option<&'a Value>,
         #[serde(skip_serializing_if = "<[_]>::is_empty")]
         tool_calls: Vec<WireToolCall<'a>>,
     },
@@ -127,8 +144,37 @@ struct WireFunction<'a> {
     arguments: &'a str,
 }
 
-impl<'a> From<&'a Message> for WireMessage<'a> {
-    fn from(message: &'a Message) -> Self {
+/// For each message, whether its reasoning goes back to the model.
+fn reasoning_sent(messages: &[Message], history: ReasoningHistory) -> Vec<bool> {
+    let mut sent = vec![false; messages.len()];
+    match history {
+        ReasoningHistory::Off => {}
+        ReasoningHistory::All => sent.fill(true),
+        ReasoningHistory::Auto => {
+            // Exchange by exchange (the messages after a user message, up
+            // to the next): all of them when the model called tools in it.
+            let mut start = 0;
+            while start < messages.len() {
+                let end = messages[start + 1..]
+                    .iter()
+                    .position(|m| matches!(m, Message::User { .. }))
+                    .map_or(messages.len(), |at| start + 1 + at);
+                let called = messages[start..end]
+                    .iter()
+                    .any(|m| matches!(m, Message::Assistant { tool_calls, .. } if !tool_calls.is_empty()));
+                sent[start..end].fill(called);
+                start = end;
+            }
+        }
+    }
+    sent
+}
+
+impl<'a> WireMessage<'a> {
+    /// `message` on the wire, with its reasoning when `send_reasoning`: in
+    /// the field it came in, or for an answer that called tools without
+    /// any, empty in `latest_field` (where the conversation's latest came).
+    fn new(message: &'a Message, send_reasoning: bool, latest_field: Option<ReasoningField>) -> Self {
         match message {
             Message::User { parts } => {
                 let all_text = parts.iter().all(|p| matches!(p, UserPart::Text { .. }));
@@ -167,25 +213,48 @@ impl<'a> From<&'a Message> for WireMessage<'a> {
                 };
                 WireMessage::User { content }
             }
-            Message::Assistant { text, tool_calls, interrupted, .. } => WireMessage::Assistant {
-                content: if *interrupted {
-                    // The model must know its last answer was cut off, or it will
-                    // carry on as if the user had read all of it.
-                    Some(format!("{text}\n\n[This response was interrupted by the user.]").into())
-                } else if text.is_empty() && !tool_calls.is_empty() {
-                    None
-                } else {
-                    Some(text.as_str().into())
-                },
-                tool_calls: tool_calls
-                    .iter()
-                    .map(|call| WireToolCall {
-                        id: &call.id,
-                        r#type: "function",
-                        function: WireFunction { name: &call.name, arguments: &call.arguments },
-                    })
-                    .collect(),
-            },
+            Message::Assistant {
+                text,
+                tool_calls,
+                interrupted,
+                reasoning: reasoning_text,
+                reasoning_field,
+                reasoning_details,
+            } => {
+                let (mut reasoning_content, mut reasoning, mut details) = (None, None, None);
+                if send_reasoning {
+                    match (reasoning_details, reasoning_field.or(latest_field.filter(|_| !tool_calls.is_empty()))) {
+                        (Some(verbatim), _) => details = Some(verbatim),
+                        (None, Some(ReasoningField::ReasoningContent)) => {
+                            reasoning_content = Some(reasoning_text.as_str())
+                        }
+                        (None, Some(ReasoningField::Reasoning)) => reasoning = Some(reasoning_text.as_str()),
+                        (None, None) => {}
+                    }
+                }
+                WireMessage::Assistant {
+                    content: if *interrupted {
+                        // The model must know its last answer was cut off, or it will
+                        // carry on as if the user had read all of it.
+                        Some(format!("{text}\n\n[This response was interrupted by the user.]").into())
+                    } else if text.is_empty() && !tool_calls.is_empty() {
+                        None
+                    } else {
+                        Some(text.as_str().into())
+                    },
+                    reasoning_content,
+                    reasoning,
+                    reasoning_details: details,
+                    tool_calls: tool_calls
+                        .iter()
+                        .map(|call| WireToolCall {
+                            id: &call.id,
+                            r#type: "function",
+                            function: WireFunction { name: &call.name, arguments: &call.arguments },
+                        })
+                        .collect(),
+                }
+            }
             Message::Tool { tool_call_id, content } => WireMessage::Tool { tool_call_id, content },
         }
     }
@@ -234,6 +303,10 @@ pub struct Delta {
     /// Reasoning text, as OpenRouter and Ollama name it.
     #[serde(default)]
     pub reasoning: Option<String>,
+    /// OpenRouter's structured reasoning (text, summaries, encrypted
+    /// blocks), streamed as pieces of an array to be sent back verbatim.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub reasoning_details: Vec<Value>,
     /// A refusal (OpenAI structured refusals).
     #[serde(default)]
     pub refusal: Option<String>,

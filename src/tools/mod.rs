@@ -1,5 +1,7 @@
 //! The tools the model can call: their definitions (names, JSON schemas,
-//! descriptions from `prompts/tools/<name>.md`), how a call is described
+//! descriptions from `prompts/tools/<name>.md`, or in the lean profile
+//! `prompts/tools/lean/<name>.md` and schemas without per-field
+//! descriptions: the same tools, for small context windows), how a call is described
 //! before it runs (title, kind, locations, what it touches), and running it.
 //!
 //! A tool is `(arguments, context, token) -> outcome`. Tools know nothing of
@@ -38,6 +40,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::config::PromptProfile;
 use crate::fs_guard::Target;
 use crate::model::ToolDefinition;
 
@@ -124,6 +127,20 @@ impl Tool {
         }
     }
 
+    fn lean_description(self) -> &'static str {
+        match self {
+            Tool::ReadFile => include_str!("../../prompts/tools/lean/read_file.md"),
+            Tool::WriteFile => include_str!("../../prompts/tools/lean/write_file.md"),
+            Tool::EditFile => include_str!("../../prompts/tools/lean/edit_file.md"),
+            Tool::ListDirectory => include_str!("../../prompts/tools/lean/list_directory.md"),
+            Tool::Glob => include_str!("../../prompts/tools/lean/glob.md"),
+            Tool::Grep => include_str!("../../prompts/tools/lean/grep.md"),
+            Tool::Shell => include_str!("../../prompts/tools/lean/shell.md"),
+            Tool::UpdatePlan => include_str!("../../prompts/tools/lean/update_plan.md"),
+            Tool::Fetch => include_str!("../../prompts/tools/lean/fetch.md"),
+        }
+    }
+
     fn parameters(self) -> Value {
         match self {
             Tool::ReadFile => fs::read_file_schema(),
@@ -142,23 +159,80 @@ impl Tool {
 /// The definitions of every built-in tool, built once so that every request
 /// carries byte-identical tool definitions.
 pub fn definitions() -> &'static [ToolDefinition] {
-    static DEFINITIONS: OnceLock<Vec<ToolDefinition>> = OnceLock::new();
-    DEFINITIONS.get_or_init(|| build_definitions(|_| true))
+    definitions_for(PromptProfile::Standard, true)
 }
 
-/// The definitions of the built-in tools offered when `fetch` is on or off
-/// (`[tools] fetch`), built once each like [`definitions`].
+/// The standard definitions of the built-in tools offered when `fetch` is on
+/// or off (`[tools] fetch`).
 pub fn definitions_with(fetch: bool) -> &'static [ToolDefinition] {
-    static WITHOUT_FETCH: OnceLock<Vec<ToolDefinition>> = OnceLock::new();
-    if fetch { definitions() } else { WITHOUT_FETCH.get_or_init(|| build_definitions(|tool| tool != Tool::Fetch)) }
+    definitions_for(PromptProfile::Standard, fetch)
 }
 
-fn build_definitions(offered: impl Fn(Tool) -> bool) -> Vec<ToolDefinition> {
-    Tool::ALL
-        .into_iter()
-        .filter(|tool| offered(*tool))
-        .map(|tool| ToolDefinition::function(tool.name(), tool.description().trim(), tool.parameters()))
-        .collect()
+/// The definitions of the built-in tools in `profile`, with or without
+/// `fetch`, built once each.
+pub fn definitions_for(profile: PromptProfile, fetch: bool) -> &'static [ToolDefinition] {
+    static BUILT: [OnceLock<Vec<ToolDefinition>>; 4] = [const { OnceLock::new() }; 4];
+    let slot = match (profile, fetch) {
+        (PromptProfile::Standard, true) => 0,
+        (PromptProfile::Standard, false) => 1,
+        (PromptProfile::Lean, true) => 2,
+        (PromptProfile::Lean, false) => 3,
+    };
+    BUILT[slot].get_or_init(|| {
+        Tool::ALL
+            .into_iter()
+            .filter(|tool| fetch || *tool != Tool::Fetch)
+            .map(|tool| match profile {
+                PromptProfile::Standard => {
+                    ToolDefinition::function(tool.name(), tool.description().trim(), tool.parameters())
+                }
+                PromptProfile::Lean => {
+                    let mut parameters = tool.parameters();
+                    strip_descriptions(&mut parameters);
+                    ToolDefinition::function(tool.name(), tool.lean_description().trim(), parameters)
+                }
+            })
+            .collect()
+    })
+}
+
+/// `offered` (built-in definitions, possibly with others after them) in
+/// `profile`: the built-ins are swapped for that profile's, the rest kept.
+pub fn for_profile(offered: &[ToolDefinition], profile: PromptProfile) -> std::borrow::Cow<'_, [ToolDefinition]> {
+    use std::borrow::Cow;
+    match profile {
+        PromptProfile::Standard => Cow::Borrowed(offered),
+        PromptProfile::Lean => {
+            for fetch in [true, false] {
+                if std::ptr::eq(offered, definitions_for(PromptProfile::Standard, fetch)) {
+                    return Cow::Borrowed(definitions_for(profile, fetch));
+                }
+            }
+            let lean = definitions_for(profile, true);
+            Cow::Owned(
+                offered
+                    .iter()
+                    .map(|definition| {
+                        let built_in = lean.iter().find(|lean| lean.name() == definition.name());
+                        built_in.unwrap_or(definition).clone()
+                    })
+                    .collect(),
+            )
+        }
+    }
+}
+
+/// Removes the `description` of a JSON schema and of every schema nested in
+/// it (`properties`, `items`); a property *named* `description` stays.
+fn strip_descriptions(schema: &mut Value) {
+    let Some(object) = schema.as_object_mut() else { return };
+    object.remove("description");
+    if let Some(Value::Object(properties)) = object.get_mut("properties") {
+        properties.values_mut().for_each(strip_descriptions);
+    }
+    if let Some(items) = object.get_mut("items") {
+        strip_descriptions(items);
+    }
 }
 
 /// What kind of work a call does; editors pick icons and grouping from it.
@@ -782,6 +856,37 @@ pub async fn run(call: PreparedCall, ctx: &ToolContext<'_>) -> ToolOutcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_lean_profile_offers_the_same_tools_and_parameters() {
+        let (standard, lean) = (definitions(), definitions_for(PromptProfile::Lean, true));
+        assert_eq!(standard.len(), lean.len());
+        for (full, short) in standard.iter().zip(lean) {
+            let (full, short) = (serde_json::to_value(full).unwrap(), serde_json::to_value(short).unwrap());
+            assert_eq!(full["function"]["name"], short["function"]["name"]);
+            let mut stripped = full["function"]["parameters"].clone();
+            strip_descriptions(&mut stripped);
+            assert_eq!(stripped, short["function"]["parameters"], "only the per-field descriptions go");
+            let description = short["function"]["description"].as_str().unwrap();
+            assert!(
+                !description.is_empty() && description.len() < full["function"]["description"].as_str().unwrap().len()
+            );
+        }
+        let shell = serde_json::to_value(&lean[Tool::ALL.iter().position(|t| *t == Tool::Shell).unwrap()]).unwrap();
+        assert!(
+            shell["function"]["parameters"]["properties"]["description"].is_object(),
+            "a property named description stays"
+        );
+        let mixed: Vec<ToolDefinition> =
+            definitions().iter().cloned().chain([ToolDefinition::function("srv__x", "d", json!({}))]).collect();
+        let swapped = for_profile(&mixed, PromptProfile::Lean);
+        assert_eq!(&swapped[..lean.len()], lean);
+        assert_eq!(swapped[lean.len()].name(), "srv__x");
+        assert!(
+            std::ptr::eq(&*for_profile(definitions(), PromptProfile::Lean), lean),
+            "no copy for the built-ins alone"
+        );
+    }
 
     #[test]
     fn every_tool_has_a_schema_and_a_description() {

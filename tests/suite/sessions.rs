@@ -215,8 +215,8 @@ async fn close_cancels_a_running_turn() {
     assert_eq!(response["result"]["stopReason"], "cancelled");
 }
 
-const TWO_MODELS: &str =
-    "\n[models.thinker]\nbase_url = \"BASE\"\nmodel = \"thinker-model\"\nreasoning_effort = \"medium\"\n";
+// A configured window: the mock's request log then holds only chat requests (no probe).
+const TWO_MODELS: &str = "\n[models.thinker]\nbase_url = \"BASE\"\nmodel = \"thinker-model\"\nreasoning_effort = \"medium\"\ncontext_window = 32768\n";
 
 async fn two_model_harness() -> Harness {
     // The second model shares the mock: rewrite its base_url once the mock is up.

@@ -65,6 +65,9 @@ fn fixture_outcome() -> SseOutcome {
         end: SseEnd::Finished(lathe::model::ModelOutput {
             text: "héllo ✓ 日本 — ok".into(),
             reasoning: "Let me think… üﬁne 🤔".into(),
+            reasoning_field: Some(lathe::model::ReasoningField::ReasoningContent),
+            reasoning_details: None,
+            text_tool_calls: None,
             tool_calls: vec![
                 ToolCallRequest {
                     id: "call_a".into(),

@@ -36,12 +36,26 @@ impl Harness {
 
     /// Like [`Harness::with_config`], with extra environment variables.
     pub async fn with_config_and_env(extra_toml: &str, envs: &[(&str, &str)]) -> Harness {
+        Harness::build(extra_toml, envs, true).await
+    }
+
+    /// Like [`Harness::with_config`], but the model has no `context_window`:
+    /// lathe asks the (mock) server for it before the first request.
+    pub async fn detecting_window(extra_toml: &str) -> Harness {
+        Harness::build(extra_toml, &[], false).await
+    }
+
+    async fn build(extra_toml: &str, envs: &[(&str, &str)], configured_window: bool) -> Harness {
         let mock = MockOpenAi::start().await;
         let home = tempfile::tempdir().expect("temp home");
         let project = home.path().join("project");
         std::fs::create_dir_all(&project).expect("project dir");
         let project = project.canonicalize().expect("canonical project dir");
         let config = write_config(home.path(), &mock.base_url(), extra_toml);
+        if !configured_window {
+            let text = std::fs::read_to_string(&config).expect("read the test config");
+            std::fs::write(&config, text.replace("context_window = 32768\n", "")).expect("rewrite the test config");
+        }
         let config = config.to_string_lossy().into_owned();
         let agent = AgentProcess::spawn(&["--config", &config], envs, home.path());
         Harness { mock, agent, project, home }

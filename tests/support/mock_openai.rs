@@ -8,7 +8,15 @@
 //! next queued [`Reply`] (FIFO). When the queue is empty the mock answers
 //! `417` with an OpenAI-style error whose message names the unexpected request,
 //! so the failure surfaces through the agent's own error path. Any other path
-//! is recorded and answered `404`.
+//! is recorded and answered with its [`MockOpenAi::route`] reply, or `404`.
+//!
+//! Per-provider behaviours: a [`MockOpenAi::rule`] looks at each
+//! chat-completions request before the queue does and may answer it instead
+//! (a DeepSeek-like server that rejects a history without `reasoning_content`:
+//! [`deepseek_thinking_rule`]; a server that rejects `tools`:
+//! [`refuses_tools_rule`]); routes serve server metadata (llama.cpp `/props`,
+//! Ollama `/api/show`, vLLM `/v1/models`, ...); [`content_reply`] streams any
+//! text as content deltas (`<think>` blocks, tool calls written as text).
 //!
 //! An SSE reply is a script of [`Step`]s played in order. Each step is handed
 //! to hyper as soon as it is reached and hyper flushes whenever the script
@@ -132,11 +140,17 @@ struct Shared {
     changed: Notify,
 }
 
+/// A chat-completions request body -> the reply that replaces the queued one.
+type Rule = Arc<dyn Fn(&Value) -> Option<Reply> + Send + Sync>;
+
 #[derive(Default)]
 struct State {
     queue: VecDeque<Reply>,
     requests: Vec<RecordedRequest>,
     disconnects: usize,
+    /// `(method, path)` -> the reply to every such request.
+    routes: Vec<(String, String, Reply)>,
+    rules: Vec<Rule>,
 }
 
 impl Shared {
@@ -175,6 +189,26 @@ impl MockOpenAi {
     /// Queues `reply` for the next chat-completions request (FIFO).
     pub fn push(&self, reply: Reply) {
         self.shared.lock().queue.push_back(reply);
+    }
+
+    /// Answers every `method path` request (a path other than chat
+    /// completions, without the query) with `reply`, until routed again.
+    pub fn route(&self, method: &str, path: &str, reply: Reply) {
+        let mut state = self.shared.lock();
+        state.routes.retain(|(m, p, _)| !(m == method && p == path));
+        state.routes.push((method.to_owned(), path.to_owned(), reply));
+    }
+
+    /// Looks at every chat-completions request body before the queue does:
+    /// when `rule` returns a reply, that is the answer and the queue is left
+    /// as it is. Rules are tried in the order they were added.
+    pub fn rule(&self, rule: impl Fn(&Value) -> Option<Reply> + Send + Sync + 'static) {
+        self.shared.lock().rules.push(Arc::new(rule));
+    }
+
+    /// The recorded chat-completions requests (metadata probes left out).
+    pub fn chat_requests(&self) -> Vec<RecordedRequest> {
+        self.requests().into_iter().filter(|r| r.method == "POST" && r.path.ends_with("/chat/completions")).collect()
     }
 
     /// How many queued replies have not been served yet.
@@ -300,7 +334,15 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Result<Respo
     let reply = {
         let mut state = shared.lock();
         let number = state.requests.len() + 1;
-        let reply = if is_chat {
+        let ruled = if is_chat { state.rules.iter().find_map(|rule| rule(&recorded.body)) } else { None };
+        let routed = state
+            .routes
+            .iter()
+            .find(|(method, path, _)| *method == recorded.method && path == parts.uri.path())
+            .map(|(_, _, reply)| reply.clone());
+        let reply = if let Some(reply) = ruled {
+            reply
+        } else if is_chat {
             state.queue.pop_front().unwrap_or_else(|| {
                 let excerpt: String = recorded.raw_body.chars().take(500).collect();
                 Reply::Status {
@@ -309,6 +351,8 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Result<Respo
                     headers: Vec::new(),
                 }
             })
+        } else if let Some(reply) = routed {
+            reply
         } else {
             Reply::error(404, &format!("mock: no route for request #{number}: {} {}", recorded.method, recorded.path))
         };
@@ -581,4 +625,123 @@ fn split_in_pieces(text: &str, pieces: usize) -> Vec<String> {
     }
     let size = chars.len().div_ceil(pieces.max(1));
     chars.chunks(size).map(|c| c.iter().collect()).collect()
+}
+
+/// A complete streamed answer whose content arrives as exactly these
+/// pieces (one delta each, e.g. a `<think>` tag cut in two): role chunk,
+/// the pieces, `finish_reason: "stop"`, usage, `[DONE]`.
+pub fn content_reply(pieces: &[&str]) -> Reply {
+    let mut steps = vec![ev_role()];
+    steps.extend(pieces.iter().map(|piece| ev_text(piece)));
+    steps.push(ev_finish("stop"));
+    steps.push(ev_usage(10, 10));
+    steps.push(Step::Done);
+    Reply::Sse(steps)
+}
+
+/// A reasoning delta, OpenRouter style: `delta: {"reasoning": …,
+/// "reasoning_details": details}` (the text of the `reasoning.text` items).
+pub fn ev_reasoning_details(details: Value) -> Step {
+    let text: String = details.as_array().into_iter().flatten().filter_map(|detail| detail["text"].as_str()).collect();
+    Step::Event(chunk(json!({"reasoning": text, "reasoning_details": details}), None))
+}
+
+// ---------------------------------------------------------------------------
+// Per-provider behaviours.
+// ---------------------------------------------------------------------------
+
+/// DeepSeek's thinking mode: between two user messages where the model
+/// called tools, every assistant message must carry its `reasoning_content`
+/// back, or the request is refused with DeepSeek's 400.
+pub fn deepseek_thinking_rule(body: &Value) -> Option<Reply> {
+    let messages = body["messages"].as_array()?;
+    let exchanges = messages.split(|m| m["role"] == "user");
+    let mut index = 0;
+    for exchange in exchanges {
+        index += 1;
+        let called_tools = exchange.iter().any(|m| m["tool_calls"].as_array().is_some_and(|c| !c.is_empty()));
+        for (offset, message) in exchange.iter().enumerate() {
+            if called_tools && message["role"] == "assistant" && !message["reasoning_content"].is_string() {
+                let at = index + offset - 1;
+                return Some(Reply::Status {
+                    status: 400,
+                    body: json!({"error": {
+                        "message": format!("Missing `reasoning_content` field in the assistant message at message index {at}. The reasoning_content in the thinking mode must be passed back to the API."),
+                        "type": "invalid_request_error", "param": null, "code": "invalid_request_error"
+                    }})
+                    .to_string(),
+                    headers: Vec::new(),
+                });
+            }
+        }
+        index += exchange.len();
+    }
+    None
+}
+
+/// A server whose model takes no tools: every request that offers `tools`
+/// gets a 400 with `message` (e.g. Ollama's "… does not support tools").
+pub fn refuses_tools_rule(message: &'static str) -> impl Fn(&Value) -> Option<Reply> + Send + Sync + 'static {
+    move |body| body.get("tools").is_some().then(|| Reply::error(400, message))
+}
+
+/// llama.cpp's `GET /props`: the context of the loaded model and its modalities.
+pub fn llamacpp_props(n_ctx: u64, vision: bool) -> Reply {
+    Reply::Json(json!({
+        "default_generation_settings": {"n_ctx": n_ctx, "params": {"n_predict": -1}},
+        "total_slots": 1,
+        "model_path": "/models/model.gguf",
+        "modalities": {"vision": vision, "audio": false},
+        "chat_template_caps": {"supports_tools": true, "supports_tool_calls": true},
+        "build_info": "b9000-mock",
+    }))
+}
+
+/// Ollama's `POST /api/show`: the model's maximum context, its capabilities
+/// and, when the Modelfile sets one, its `num_ctx`.
+pub fn ollama_show(context_length: u64, num_ctx: Option<u64>, capabilities: &[&str]) -> Reply {
+    let mut parameters = String::from("stop                           \"<|im_end|>\"");
+    if let Some(num_ctx) = num_ctx {
+        parameters = format!("num_ctx                        {num_ctx}\n{parameters}");
+    }
+    Reply::Json(json!({
+        "modelfile": "# Modelfile generated by \"ollama show\"",
+        "parameters": parameters,
+        "details": {"format": "gguf", "family": "qwen2", "parameter_size": "14.8B"},
+        "model_info": {"general.architecture": "qwen2", "qwen2.context_length": context_length},
+        "capabilities": capabilities,
+    }))
+}
+
+/// An OpenAI-style `GET /v1/models` list (vLLM's entries carry `max_model_len`).
+pub fn vllm_models(id: &str, max_model_len: u64) -> Reply {
+    Reply::Json(json!({"object": "list", "data": [
+        {"id": "some-other-model", "object": "model", "owned_by": "vllm", "max_model_len": 4096},
+        {"id": id, "object": "model", "owned_by": "vllm", "root": id, "max_model_len": max_model_len},
+    ]}))
+}
+
+/// OpenRouter's `GET /api/v1/models`: context length, supported parameters
+/// and input modalities per model.
+pub fn openrouter_models(id: &str, context_length: u64, supported_parameters: &[&str], inputs: &[&str]) -> Reply {
+    Reply::Json(json!({"data": [
+        {"id": "vendor/other", "context_length": 8192, "supported_parameters": ["tools"],
+         "architecture": {"input_modalities": ["text"]}},
+        {"id": id, "name": "Mock", "context_length": context_length,
+         "top_provider": {"context_length": context_length, "max_completion_tokens": 16384},
+         "supported_parameters": supported_parameters,
+         "architecture": {"input_modalities": inputs, "output_modalities": ["text"]}},
+    ]}))
+}
+
+/// LM Studio's `GET /api/v0/models`: each model's maximum context and, for
+/// a loaded one, the context it was loaded with.
+pub fn lmstudio_models(id: &str, max_context_length: u64, loaded_context_length: Option<u64>, vlm: bool) -> Reply {
+    let mut model = json!({"id": id, "object": "model", "type": if vlm { "vlm" } else { "llm" },
+        "arch": "qwen3", "state": "not-loaded", "max_context_length": max_context_length});
+    if let Some(loaded) = loaded_context_length {
+        model["state"] = json!("loaded");
+        model["loaded_context_length"] = json!(loaded);
+    }
+    Reply::Json(json!({"object": "list", "data": [model]}))
 }

@@ -49,12 +49,20 @@ pub struct SseOutcome {
 
 /// Decodes byte streams (needs a tokio runtime: the stream's idle timer).
 #[derive(Debug, Default)]
-pub struct SseHarness;
+pub struct SseHarness {
+    /// The tools the request offered (calls written as text may name these).
+    offered: Vec<String>,
+}
 
 impl SseHarness {
-    /// A harness.
+    /// A harness for a request that offered no tools.
     pub fn new() -> Self {
-        Self
+        Self::default()
+    }
+
+    /// A harness for a request that offered these tools.
+    pub fn offering(tools: &[&str]) -> Self {
+        Self { offered: tools.iter().map(|tool| (*tool).to_owned()).collect() }
     }
 
     /// Decodes a response whose body arrives as exactly these chunks.
@@ -73,7 +81,7 @@ impl SseHarness {
         // What lathe's own HTTP layer does with an SSE answer.
         let response = lathe::model::sse::without_leading_bom(response);
         let mut stream = ResponseStream::new(response, Duration::from_secs(60));
-        let mut decoder = StreamDecoder::new("call_");
+        let mut decoder = StreamDecoder::new("call_").offering(self.offered.iter().map(String::as_str));
         let mut events = Vec::new();
         let mut chunks = 0;
         let end = loop {
@@ -88,7 +96,10 @@ impl SseHarness {
                     break SseEnd::NoChunks(stream.unreadable_events());
                 }
                 Some(Err(err)) => break SseEnd::Failed(err.to_string()),
-                None => break SseEnd::Finished(decoder.finish()),
+                None => {
+                    decoder.end(&mut |event| events.push(event));
+                    break SseEnd::Finished(decoder.finish());
+                }
             }
         };
         SseOutcome { events, chunks, skipped: stream.unreadable_events(), end }

@@ -1,0 +1,466 @@
+//! Issue 15 through the real binary, against the mock playing each kind of
+//! OpenAI-compatible server as it really behaves: reasoning sent back in
+//! the field the server used (DeepSeek refuses a history without it), the
+//! context window asked of the server, `<think>` blocks, tool calls written
+//! as text, servers that refuse tools, the lean prompt profile, and plain
+//! string content.
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+
+use crate::support::acp_client::{agent_text, prompt, thought_text, updates_of_kind};
+use crate::support::harness::Harness;
+use crate::support::mock_openai::{
+    Reply, Step, content_reply, deepseek_thinking_rule, ev_finish, ev_reasoning, ev_reasoning_details, ev_role,
+    ev_text, ev_tool_call_args, ev_tool_call_start, llamacpp_props, ollama_show, openrouter_models, refuses_tools_rule,
+    text_reply, tool_call_reply, vllm_models,
+};
+
+async fn turn(h: &mut Harness, session: &str, text: &str) -> (Vec<Value>, Value) {
+    let id = prompt(&mut h.agent, session, text).await;
+    let (before, response) = h.agent.response(id).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}\n{}", h.agent.stderr());
+    (before, response)
+}
+
+fn plan() -> Value {
+    json!({"plan": [{"content": "look around", "status": "in_progress"}]})
+}
+
+/// An answer that reasons (DeepSeek style), then calls `update_plan`.
+fn reasoning_then_plan(reasoning: &str, id: &str) -> Reply {
+    Reply::Sse(vec![
+        ev_role(),
+        ev_reasoning(reasoning),
+        ev_tool_call_start(0, id, "update_plan"),
+        ev_tool_call_args(0, &plan().to_string()),
+        ev_finish("tool_calls"),
+        Step::Done,
+    ])
+}
+
+fn reasoning_then_text(reasoning: &str, text: &str) -> Reply {
+    Reply::Sse(vec![ev_role(), ev_reasoning(reasoning), ev_text(text), ev_finish("stop"), Step::Done])
+}
+
+fn messages(request: &Value) -> &Vec<Value> {
+    request["messages"].as_array().expect("messages")
+}
+
+// ---------------------------------------------------------------------------
+// 1. Reasoning round-trips.
+// ---------------------------------------------------------------------------
+
+/// DeepSeek's thinking mode answers 400 unless every answer of an exchange
+/// with tool calls carries its `reasoning_content` back, in every later request.
+#[tokio::test]
+async fn deepseek_gets_the_reasoning_of_tool_call_exchanges_back() {
+    let mut h = Harness::start().await;
+    h.mock.rule(deepseek_thinking_rule);
+    let session = h.session().await;
+    h.mock.push(reasoning_then_plan("I should plan first.", "call_1"));
+    h.mock.push(reasoning_then_text("Planned; now answer.", "Done."));
+    h.mock.push(reasoning_then_text("Easy one.", "Yes."));
+    h.mock.push(text_reply("Still here."));
+    let (before, _) = turn(&mut h, &session, "plan it").await;
+    assert_eq!(thought_text(&before), "I should plan first.Planned; now answer.");
+    turn(&mut h, &session, "and now?").await;
+    turn(&mut h, &session, "one more").await;
+
+    let requests = h.mock.chat_requests();
+    assert_eq!(requests.len(), 4, "no request was refused: {}", h.agent.stderr());
+    let second = messages(&requests[1].body);
+    assert_eq!(second[2]["role"], "assistant");
+    assert_eq!(second[2]["reasoning_content"], "I should plan first.");
+    assert_eq!(second[2]["content"], Value::Null);
+    let last = messages(&requests[3].body);
+    let roles: Vec<&str> = last.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "tool", "assistant", "user", "assistant", "user"]);
+    assert_eq!(last[2]["reasoning_content"], "I should plan first.", "still sent three requests later");
+    assert_eq!(last[4]["reasoning_content"], "Planned; now answer.", "the whole exchange's answers");
+    assert!(last[6].get("reasoning_content").is_none(), "an exchange without tool calls keeps it out: {}", last[6]);
+}
+
+/// OpenRouter streams `reasoning_details` in pieces; they go back merged and
+/// unmodified (signatures included), in that field only.
+#[tokio::test]
+async fn openrouter_reasoning_details_go_back_verbatim() {
+    let mut h = Harness::start().await;
+    let session = h.session().await;
+    h.mock.push(Reply::Sse(vec![
+        ev_role(),
+        ev_reasoning_details(
+            json!([{"type": "reasoning.text", "text": "Let me ", "index": 0, "format": "anthropic-claude-v1"}]),
+        ),
+        ev_reasoning_details(json!([{"type": "reasoning.text", "text": "plan.", "index": 0, "signature": null}])),
+        ev_reasoning_details(json!([{"type": "reasoning.text", "text": "", "index": 0, "signature": "c2ln"}])),
+        ev_reasoning_details(json!([{"type": "reasoning.encrypted", "data": "ZW5j", "index": 1}])),
+        ev_tool_call_start(0, "call_1", "update_plan"),
+        ev_tool_call_args(0, &plan().to_string()),
+        ev_finish("tool_calls"),
+        Step::Done,
+    ]));
+    h.mock.push(text_reply("ok"));
+    let (before, _) = turn(&mut h, &session, "plan it").await;
+    assert_eq!(thought_text(&before), "Let me plan.");
+    let second = messages(&h.mock.chat_requests()[1].body).clone();
+    assert_eq!(
+        second[2]["reasoning_details"],
+        json!([
+            {"type": "reasoning.text", "text": "Let me plan.", "index": 0, "format": "anthropic-claude-v1", "signature": "c2ln"},
+            {"type": "reasoning.encrypted", "data": "ZW5j", "index": 1},
+        ])
+    );
+    assert!(second[2].get("reasoning").is_none() && second[2].get("reasoning_content").is_none(), "{}", second[2]);
+}
+
+/// `reasoning_history = "none"` never sends reasoning back; `"all"` sends
+/// every answer's, in the field it came in (`reasoning` here, Ollama style).
+#[tokio::test]
+async fn reasoning_history_none_and_all() {
+    let mut h = Harness::with_config("reasoning_history = \"none\"\n").await;
+    let session = h.session().await;
+    h.mock.push(reasoning_then_plan("secret plan", "call_1"));
+    h.mock.push(text_reply("ok"));
+    turn(&mut h, &session, "plan it").await;
+    let second = messages(&h.mock.chat_requests()[1].body).clone();
+    assert!(second[2].get("reasoning_content").is_none(), "{}", second[2]);
+
+    let mut h = Harness::with_config("reasoning_history = \"all\"\n").await;
+    let session = h.session().await;
+    h.mock.push(Reply::Sse(vec![
+        ev_role(),
+        crate::support::mock_openai::ev_reasoning_field("thinking aloud"),
+        ev_text("plain answer"),
+        ev_finish("stop"),
+        Step::Done,
+    ]));
+    h.mock.push(text_reply("ok"));
+    turn(&mut h, &session, "hi").await;
+    turn(&mut h, &session, "again").await;
+    let second = messages(&h.mock.chat_requests()[1].body).clone();
+    assert_eq!(second[2]["reasoning"], "thinking aloud");
+    assert!(second[2].get("reasoning_content").is_none());
+}
+
+// ---------------------------------------------------------------------------
+// 3. The context window, asked of the server.
+// ---------------------------------------------------------------------------
+
+fn usage_size(before: &[Value]) -> u64 {
+    updates_of_kind(before, "usage_update")[0]["size"].as_u64().expect("a usage_update with a size")
+}
+
+fn probes(h: &Harness) -> Vec<String> {
+    h.mock.requests().iter().filter(|r| !r.path.ends_with("/chat/completions")).map(|r| r.path.clone()).collect()
+}
+
+/// llama.cpp's `/props` gives the running context: it sizes the usage
+/// figure, picks the lean prompt for a small window, is logged with its
+/// source, and is asked once per model.
+#[tokio::test]
+async fn the_window_comes_from_llamacpp_props_once() {
+    let mut h = Harness::detecting_window("").await;
+    h.mock.route("GET", "/props", llamacpp_props(8192, false));
+    let session = h.session().await;
+    h.mock.push(text_reply("one"));
+    h.mock.push(text_reply("two"));
+    let (before, _) = turn(&mut h, &session, "hi").await;
+    assert_eq!(usage_size(&before), 8192);
+    let asked = probes(&h);
+    assert!(asked.contains(&"/props".to_owned()), "{asked:?}");
+    let (before, _) = turn(&mut h, &session, "again").await;
+    assert_eq!(usage_size(&before), 8192);
+    assert_eq!(probes(&h), asked, "asked once, then cached");
+    let stderr = h.agent.stderr();
+    assert!(stderr.contains("context_window=8192") && stderr.contains("llama.cpp GET /props"), "{stderr}");
+
+    let request = &h.mock.chat_requests()[0].body;
+    let system = request["messages"][0]["content"].as_str().unwrap();
+    assert!(!system.contains("# How to work"), "an 8k window gets the lean prompt: {system}");
+    let lean = serde_json::to_value(lathe::tools::definitions_for(lathe::config::PromptProfile::Lean, true)).unwrap();
+    assert_eq!(request["tools"], lean);
+}
+
+#[tokio::test]
+async fn ollama_vllm_openrouter_and_silence() {
+    // Ollama: the Modelfile's num_ctx; tools listed, so tools are offered.
+    let mut h = Harness::detecting_window("").await;
+    h.mock.route("POST", "/api/show", ollama_show(131072, Some(40960), &["completion", "tools"]));
+    let session = h.session().await;
+    h.mock.push(text_reply("hi"));
+    let (before, _) = turn(&mut h, &session, "hi").await;
+    assert_eq!(usage_size(&before), 40960);
+    let request = &h.mock.chat_requests()[0];
+    assert_eq!(request.body["tools"], serde_json::to_value(lathe::tools::definitions()).unwrap(), "standard profile");
+    let show = h.mock.requests().into_iter().find(|r| r.path == "/api/show").unwrap();
+    assert_eq!(show.body, json!({"model": "mock-model"}));
+
+    // vLLM: max_model_len from /v1/models.
+    let mut h = Harness::detecting_window("").await;
+    h.mock.route("GET", "/v1/models", vllm_models("mock-model", 24576));
+    let session = h.session().await;
+    h.mock.push(text_reply("hi"));
+    assert_eq!(usage_size(&turn(&mut h, &session, "hi").await.0), 24576);
+
+    // OpenRouter-style metadata (the mock is plain http, so the local probes go out too and find nothing).
+    let mut h = Harness::detecting_window("").await;
+    h.mock.route("GET", "/v1/models", openrouter_models("mock-model", 65536, &["tools"], &["text", "image"]));
+    let session = h.session().await;
+    h.mock.push(text_reply("hi"));
+    assert_eq!(usage_size(&turn(&mut h, &session, "hi").await.0), 65536);
+
+    // Nobody says: lathe's documented default, and the log says so.
+    let mut h = Harness::detecting_window("").await;
+    let session = h.session().await;
+    h.mock.push(text_reply("hi"));
+    assert_eq!(usage_size(&turn(&mut h, &session, "hi").await.0), lathe::config::DEFAULT_CONTEXT_WINDOW);
+    assert!(h.agent.stderr().contains("lathe's default"), "{}", h.agent.stderr());
+}
+
+/// What `lathe doctor` will show: the library entry point asks the server
+/// the way a session does.
+#[tokio::test]
+async fn describe_reports_the_window_its_source_and_tool_support() {
+    let mock = crate::support::mock_openai::MockOpenAi::start().await;
+    mock.route("POST", "/api/show", ollama_show(65536, None, &["completion", "vision"]));
+    let text = format!("[models.m]\nbase_url = \"{}\"\nmodel = \"qwen:7b\"\n", mock.base_url());
+    let config = lathe::config::Config::from_toml_str(&text, std::path::Path::new("t.toml"), &|_| None).unwrap();
+    let model = config.default_model().unwrap();
+    let info = lathe::model::describe(model, &config.network).await.unwrap();
+    assert_eq!(info.context_window, 65536);
+    assert!(info.window_source.to_string().contains("Ollama POST /api/show"), "{}", info.window_source);
+    assert_eq!((info.tools, info.vision), (Some(false), Some(true)));
+
+    let configured = format!("{text}context_window = 1000\n");
+    let config = lathe::config::Config::from_toml_str(&configured, std::path::Path::new("t.toml"), &|_| None).unwrap();
+    let info = lathe::model::describe(config.default_model().unwrap(), &config.network).await.unwrap();
+    assert_eq!((info.context_window, info.window_source), (1000, lathe::model::WindowSource::Configured));
+}
+
+/// A server that lists no tool support for the model: chat-only from the
+/// first request, and the user is told.
+#[tokio::test]
+async fn a_model_the_server_lists_without_tools_is_chat_only() {
+    let mut h = Harness::detecting_window("").await;
+    h.mock.route("POST", "/api/show", ollama_show(32768, None, &["completion"]));
+    let session = h.session().await;
+    h.mock.push(text_reply("Just text."));
+    let (before, _) = turn(&mut h, &session, "hi").await;
+    assert!(h.mock.chat_requests()[0].body.get("tools").is_none(), "no tools offered");
+    let text = agent_text(&before);
+    assert!(text.contains("takes no tools") && text.ends_with("Just text."), "{text}");
+}
+
+// ---------------------------------------------------------------------------
+// 4. <think> blocks in the text.
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn think_blocks_stream_as_thoughts_and_go_back_as_reasoning_content() {
+    let mut h = Harness::start().await;
+    let session = h.session().await;
+    h.mock.push(content_reply(&["\n<thi", "nk>\nLet me", " check </b> tags.</th", "ink>\n\nAll", " good."]));
+    let (before, _) = turn(&mut h, &session, "check").await;
+    assert_eq!(thought_text(&before), "Let me check </b> tags.");
+    assert_eq!(agent_text(&before), "All good.");
+
+    // With a tool call: the thought is the exchange's reasoning for history.
+    h.mock.push(Reply::Sse(vec![
+        ev_role(),
+        ev_text("<think>A plan"),
+        ev_text(" helps.</think>"),
+        ev_tool_call_start(0, "call_t", "update_plan"),
+        ev_tool_call_args(0, &plan().to_string()),
+        ev_finish("tool_calls"),
+        Step::Done,
+    ]));
+    h.mock.push(text_reply("planned"));
+    let (before, _) = turn(&mut h, &session, "plan").await;
+    assert_eq!(thought_text(&before), "A plan helps.");
+    let request = &h.mock.chat_requests()[2].body;
+    let answer = &messages(request)[4];
+    assert_eq!(answer["reasoning_content"], "A plan helps.", "{answer}");
+    assert_eq!(answer["content"], Value::Null);
+    assert_eq!(messages(request)[2]["content"], "All good.", "no think block in the plain answer");
+}
+
+// ---------------------------------------------------------------------------
+// 5. Tool calls written as text.
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_tool_call_written_as_text_runs_as_a_call() {
+    let mut h = Harness::start().await;
+    let session = h.session().await;
+    let block = format!("<tool_call>\n{}\n</tool_call>", json!({"name": "update_plan", "arguments": plan()}));
+    let (a, b) = block.split_at(7);
+    let (b, c) = b.split_at(20);
+    h.mock.push(content_reply(&[a, b, c]));
+    h.mock.push(text_reply("Planned."));
+    let (before, _) = turn(&mut h, &session, "plan").await;
+    assert_eq!(agent_text(&before), "Planned.", "the markup is not shown");
+    let started = updates_of_kind(&before, "tool_call");
+    assert_eq!(started.len(), 1, "{before:?}");
+    let id = started[0]["toolCallId"].as_str().unwrap().to_owned();
+    assert_eq!(updates_of_kind(&before, "plan").len(), 1, "the call ran");
+    let request = &h.mock.chat_requests()[1].body;
+    let call = &messages(request)[2];
+    assert_eq!(call["content"], Value::Null);
+    assert_eq!(call["tool_calls"][0]["id"], id.as_str());
+    assert_eq!(call["tool_calls"][0]["function"]["name"], "update_plan");
+    assert_eq!(
+        serde_json::from_str::<Value>(call["tool_calls"][0]["function"]["arguments"].as_str().unwrap()).unwrap(),
+        plan()
+    );
+    assert_eq!(messages(request)[3]["tool_call_id"], id.as_str(), "recorded as a proper call with its result");
+}
+
+#[tokio::test]
+async fn prose_that_names_a_tool_stays_prose() {
+    let mut h = Harness::start().await;
+    let session = h.session().await;
+    let prose = "I would call update_plan with {\"plan\": []} here.";
+    h.mock.push(content_reply(&[prose]));
+    let bare = "{\"name\": \"update_plan\", \"arguments\": {\"plan\": []}, \"why\": \"an answer, not a call\"}";
+    h.mock.push(content_reply(&[bare]));
+    let (before, _) = turn(&mut h, &session, "explain").await;
+    assert_eq!(agent_text(&before), prose);
+    let (before, _) = turn(&mut h, &session, "as json").await;
+    assert_eq!(agent_text(&before), bare, "an object with other keys is an answer");
+    assert!(updates_of_kind(&before, "tool_call").is_empty());
+    assert_eq!(h.mock.chat_requests().len(), 2);
+}
+
+// ---------------------------------------------------------------------------
+// 6. Servers that refuse tools.
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_server_that_refuses_tools_makes_the_session_chat_only() {
+    let mut h = Harness::start().await;
+    h.mock.rule(refuses_tools_rule("registry.ollama.ai/library/gemma:2b does not support tools"));
+    let session = h.session().await;
+    h.mock.push(text_reply("Hello."));
+    let (before, _) = turn(&mut h, &session, "hi").await;
+    let text = agent_text(&before);
+    assert!(text.contains("takes no tools") && text.contains("does not support tools"), "{text}");
+    assert!(text.ends_with("Hello."), "{text}");
+
+    // Later turns offer no tools, say nothing more about it, and a call
+    // written as text stays text (no tools were offered).
+    let block = "<tool_call>{\"name\": \"update_plan\", \"arguments\": {\"plan\": []}}</tool_call>";
+    h.mock.push(content_reply(&[block]));
+    let (before, _) = turn(&mut h, &session, "plan").await;
+    assert_eq!(agent_text(&before), block);
+    assert!(updates_of_kind(&before, "tool_call").is_empty());
+
+    let requests = h.mock.chat_requests();
+    assert_eq!(requests.len(), 3, "the refused request, its retry, the next turn");
+    assert!(requests[0].body.get("tools").is_some());
+    assert!(requests[1].body.get("tools").is_none() && requests[2].body.get("tools").is_none());
+}
+
+/// OpenAI's refusal of tools *with reasoning* is an error to fix in the
+/// config (reasoning_effort = "none"), not a reason to drop the tools.
+#[tokio::test]
+async fn refusing_tools_with_reasoning_is_not_chat_only() {
+    let mut h = Harness::start().await;
+    h.mock.push(Reply::error(
+        400,
+        "Function tools with reasoning_effort are not supported for gpt-5.6 in /v1/chat/completions. To use \
+         function tools, use /v1/responses or set reasoning_effort to 'none'.",
+    ));
+    let session = h.session().await;
+    let id = prompt(&mut h.agent, &session, "hi").await;
+    let (_, response) = h.agent.response(id).await;
+    let message = response["error"]["data"]["providerMessage"].as_str().unwrap_or_default();
+    assert!(message.contains("reasoning_effort to 'none'"), "{response}");
+    assert_eq!(h.mock.chat_requests().len(), 1);
+}
+
+// ---------------------------------------------------------------------------
+// 7. The lean prompt profile.
+// ---------------------------------------------------------------------------
+
+#[derive(Deserialize)]
+struct RequestBody<'a> {
+    #[serde(borrow)]
+    messages: Vec<&'a RawValue>,
+    #[serde(borrow)]
+    tools: &'a RawValue,
+}
+
+/// The lean prefix (system prompt + tool definitions) is under 1,200
+/// o200k tokens, offers the same tools, and is byte-identical in every
+/// request of a session.
+#[tokio::test]
+async fn the_lean_profile_is_a_small_byte_stable_prefix() {
+    let bpe = std::thread::spawn(tiktoken_rs::o200k_base);
+    let mut h = Harness::with_config("prompt = \"lean\"\n").await;
+    let session = h.session().await;
+    h.mock.push(tool_call_reply(&[("call_p", "update_plan", plan())]));
+    h.mock.push(text_reply("planned"));
+    h.mock.push(text_reply("again"));
+    turn(&mut h, &session, "plan").await;
+    turn(&mut h, &session, "more").await;
+    let requests = h.mock.chat_requests();
+    assert_eq!(requests.len(), 3);
+    let bodies: Vec<RequestBody<'_>> = requests.iter().map(|r| serde_json::from_str(&r.raw_body).unwrap()).collect();
+    let (system, tools) = (bodies[0].messages[0].get(), bodies[0].tools.get());
+    assert!(bodies.iter().all(|b| b.messages[0].get() == system && b.tools.get() == tools), "byte-stable prefix");
+
+    let names = |tools: &str| -> Vec<String> {
+        let tools: Vec<Value> = serde_json::from_str(tools).unwrap();
+        tools.iter().map(|t| t["function"]["name"].as_str().unwrap().to_owned()).collect()
+    };
+    let standard = serde_json::to_string(lathe::tools::definitions()).unwrap();
+    assert_eq!(names(tools), names(&standard), "the same tools");
+
+    let bpe = bpe.join().unwrap().unwrap();
+    let system: Value = serde_json::from_str(system).unwrap();
+    let system = system["content"].as_str().unwrap();
+    let tokens = bpe.encode_ordinary(system).len() + bpe.encode_ordinary(tools).len();
+    assert!(tokens < 1200, "lean prefix is {tokens} tokens");
+}
+
+// ---------------------------------------------------------------------------
+// 8. Plain string content.
+// ---------------------------------------------------------------------------
+
+/// Text-only user, assistant and tool messages go out with a plain string
+/// `content` (some chat templates fail on arrays); only an answer that just
+/// calls tools has `null`.
+#[tokio::test]
+async fn text_only_messages_are_plain_strings() {
+    let mut h = Harness::start().await;
+    let session = h.session().await;
+    h.mock.push(tool_call_reply(&[("call_p", "update_plan", plan())]));
+    h.mock.push(text_reply("planned"));
+    h.mock.push(text_reply("bye"));
+    let id = h
+        .agent
+        .request(
+            "session/prompt",
+            json!({"sessionId": session, "prompt": [
+                {"type": "text", "text": "first part"},
+                {"type": "text", "text": "second part"},
+                {"type": "resource", "resource": {"uri": "file:///p/notes.md", "text": "notes", "mimeType": "text/markdown"}}
+            ]}),
+        )
+        .await;
+    h.agent.response(id).await;
+    turn(&mut h, &session, "thanks").await;
+    let last = &h.mock.chat_requests()[2].body;
+    for message in messages(last) {
+        let calls_only = message["role"] == "assistant" && message["tool_calls"].is_array();
+        if calls_only {
+            assert_eq!(message["content"], Value::Null, "{message}");
+        } else {
+            assert!(message["content"].is_string(), "content must be a plain string: {message}");
+        }
+    }
+    let user = messages(last)[1]["content"].as_str().unwrap();
+    assert!(user.contains("first part") && user.contains("second part") && user.contains("notes"), "{user}");
+}
