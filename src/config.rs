@@ -45,6 +45,26 @@ pub struct Config {
     /// Where sessions are stored; `None` keeps them in memory only. Set by
     /// the binary from `--data-dir`, `LATHE_DATA_DIR` or `$XDG_DATA_HOME/lathe`.
     pub data_dir: Option<PathBuf>,
+    /// How lathe starts processes (`[child_env]`, and lathe's own executable).
+    pub children: ChildSettings,
+}
+
+/// How lathe starts processes: what they inherit and who supervises them
+/// (see `crate::child`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChildSettings {
+    /// lathe's own executable, which starts and watches every local child
+    /// (`lathe sandbox-exec`). Set by the binary, never by the file; `None`
+    /// starts children directly, unsupervised.
+    pub supervisor: Option<PathBuf>,
+    /// Variables holding secrets lathe knows of: each model's `api_key_env`,
+    /// `OPENAI_API_KEY`, each MCP server's `bearer_token_env` and the names of
+    /// every configured MCP server's `env` entries. Never passed to a child.
+    pub secret_vars: Vec<String>,
+    /// `[child_env] remove`: globs of further variables no child gets.
+    pub remove_env: Vec<String>,
+    /// `[child_env] keep`: globs of variables `remove` leaves alone.
+    pub keep_env: Vec<String>,
 }
 
 /// Where the configuration came from.
@@ -348,6 +368,17 @@ struct ConfigToml {
     mcp: McpToml,
     #[serde(default)]
     mcp_servers: BTreeMap<String, McpServerToml>,
+    #[serde(default)]
+    child_env: ChildEnvToml,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ChildEnvToml {
+    #[serde(default)]
+    remove: Vec<String>,
+    #[serde(default)]
+    keep: Vec<String>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -507,6 +538,7 @@ impl Config {
             mcp_servers: Vec::new(),
             user_dir: user_dir(env),
             data_dir: None,
+            children: ChildSettings { secret_vars: vec![OPENAI_KEY_ENV.to_owned()], ..ChildSettings::default() },
         }
     }
 
@@ -698,6 +730,8 @@ impl Config {
             )?,
             call_timeout: seconds(raw.mcp.call_timeout_secs, "mcp.call_timeout_secs", mcp_defaults.call_timeout)?,
         };
+        let children = child_settings(&raw.child_env, &models, &raw.mcp_servers)
+            .map_err(|(key, message)| invalid(&key, message))?;
         let mcp_servers = raw
             .mcp_servers
             .into_iter()
@@ -715,6 +749,7 @@ impl Config {
             mcp_servers,
             user_dir: user_dir(env),
             data_dir: None,
+            children,
         })
     }
 
@@ -722,6 +757,35 @@ impl Config {
     pub fn default_model(&self) -> Option<&ModelConfig> {
         self.models.get(&self.default_model)
     }
+}
+
+/// The variable `OPENAI_*` configuration reads its key from; a secret whatever the file says.
+const OPENAI_KEY_ENV: &str = "OPENAI_API_KEY";
+
+/// `[child_env]` checked, with the secrets the rest of the file names.
+fn child_settings(
+    raw: &ChildEnvToml,
+    models: &BTreeMap<String, ModelConfig>,
+    servers: &BTreeMap<String, McpServerToml>,
+) -> Result<ChildSettings, (String, String)> {
+    for (key, patterns) in [("child_env.remove", &raw.remove), ("child_env.keep", &raw.keep)] {
+        for pattern in patterns {
+            if pattern.is_empty() {
+                return Err((key.to_owned(), "a pattern must not be empty".to_owned()));
+            }
+            globset::Glob::new(pattern)
+                .map_err(|err| (key.to_owned(), format!("\"{pattern}\" is not a valid pattern: {}", err.kind())))?;
+        }
+    }
+    let mut secret_vars = vec![OPENAI_KEY_ENV.to_owned()];
+    secret_vars.extend(models.values().filter_map(|model| model.api_key_env.clone()));
+    for server in servers.values() {
+        secret_vars.extend(server.bearer_token_env.clone());
+        secret_vars.extend(server.env.iter().flat_map(|env| env.keys().cloned()));
+    }
+    secret_vars.sort();
+    secret_vars.dedup();
+    Ok(ChildSettings { supervisor: None, secret_vars, remove_env: raw.remove.clone(), keep_env: raw.keep.clone() })
 }
 
 /// One `[mcp_servers.<name>]` table, checked: a `command` (stdio) or a `url`
@@ -1076,6 +1140,54 @@ transport = "sse"
             let err = parse(&format!("{model}{bad}")).unwrap_err().to_string();
             assert!(err.contains(key), "{bad}: {err}");
             assert!(!err.contains('\n'), "{err}");
+        }
+    }
+
+    /// The secrets the file names are collected for the environment rule,
+    /// and `[child_env]` patterns are checked.
+    #[test]
+    fn child_env_collects_the_known_secrets() {
+        let config = parse(
+            r#"
+default_model = "a"
+[models.a]
+base_url = "http://x/v1"
+model = "a"
+api_key_env = "A_KEY"
+[models.b]
+base_url = "http://x/v1"
+model = "b"
+api_key_env = "B_KEY"
+
+[mcp_servers.fs]
+command = "mcp-fs"
+env = { FS_TOKEN = "x", LEVEL = "debug" }
+
+[mcp_servers.docs]
+url = "https://docs.example/mcp"
+bearer_token_env = "DOCS_TOKEN"
+
+[child_env]
+remove = ["AWS_*", "*_TOKEN"]
+keep = ["GH_TOKEN"]
+"#,
+        )
+        .unwrap();
+        let children = &config.children;
+        assert_eq!(children.secret_vars, ["A_KEY", "B_KEY", "DOCS_TOKEN", "FS_TOKEN", "LEVEL", "OPENAI_API_KEY"]);
+        assert_eq!(children.remove_env, ["AWS_*", "*_TOKEN"]);
+        assert_eq!(children.keep_env, ["GH_TOKEN"]);
+        assert_eq!(children.supervisor, None, "set by the binary only");
+        assert_eq!(Config::from_env(&no_env).children.secret_vars, ["OPENAI_API_KEY"]);
+
+        let model = "[models.m]\nbase_url = \"http://x/v1\"\nmodel = \"a\"\n";
+        for (bad, key) in [
+            ("[child_env]\nremove = [\"[\"]\n", "child_env.remove"),
+            ("[child_env]\nkeep = [\"\"]\n", "child_env.keep"),
+            ("[child_env]\nunset = []\n", "unset"),
+        ] {
+            let err = parse(&format!("{model}{bad}")).unwrap_err().to_string();
+            assert!(err.contains(key), "{bad}: {err}");
         }
     }
 }

@@ -19,7 +19,7 @@ use crate::agent::ToolCallChange;
 use crate::permission::{Answer, ApprovalError, Approver, PermissionQuestion};
 use crate::rpc::{CallError, Outbox};
 use crate::tools::local::LocalHost;
-use crate::tools::{Host, HostError, TerminalCommand, TerminalExit, TerminalOutput, Terminals};
+use crate::tools::{Host, HostError, Launcher, TerminalCommand, TerminalExit, TerminalOutput, Terminals};
 
 /// ACP's "resource not found" code.
 const RESOURCE_NOT_FOUND: i32 = -32002;
@@ -33,11 +33,13 @@ pub struct ClientHost {
     write_via_client: bool,
     terminal: bool,
     local: LocalHost,
+    launcher: Launcher,
 }
 
 impl ClientHost {
-    /// The host for a session, given what the editor advertised.
-    pub fn new(outbox: Outbox, session_id: SessionId, capabilities: &ClientCapabilities) -> Self {
+    /// The host for a session, given what the editor advertised; local
+    /// processes are started by `launcher`.
+    pub fn new(outbox: Outbox, session_id: SessionId, capabilities: &ClientCapabilities, launcher: Launcher) -> Self {
         Self {
             outbox,
             session_id,
@@ -45,6 +47,7 @@ impl ClientHost {
             write_via_client: capabilities.fs.write_text_file,
             terminal: capabilities.terminal,
             local: LocalHost,
+            launcher,
         }
     }
 
@@ -106,6 +109,10 @@ impl Host for ClientHost {
 
     fn terminals(&self) -> Option<&dyn Terminals> {
         if self.terminal { Some(self) } else { None }
+    }
+
+    fn launcher(&self) -> &Launcher {
+        &self.launcher
     }
 }
 

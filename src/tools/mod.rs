@@ -37,6 +37,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+pub use crate::child::Launcher;
 use crate::model::ToolDefinition;
 
 /// Every built-in tool.
@@ -487,6 +488,11 @@ pub trait Host: Send + Sync {
     fn reads_via_client(&self) -> bool;
     /// The editor's terminals, when it offers them.
     fn terminals(&self) -> Option<&dyn Terminals>;
+    /// How local processes are started (environment, supervision). The
+    /// default starts them unsupervised, removing only `OPENAI_API_KEY`.
+    fn launcher(&self) -> &Launcher {
+        Launcher::unsupervised()
+    }
 }
 
 /// A command to run in an editor terminal.

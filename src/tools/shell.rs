@@ -16,11 +16,14 @@
 //!
 //! Local children get: `sh -c <command>` in the requested directory, stdin
 //! from `/dev/null`, stdout and stderr piped to us (never our stdout, which
-//! is the JSON-RPC channel), our environment plus non-interactive settings
-//! (see [`CHILD_ENV`]: pagers are `cat`, `TERM=dumb`, `NO_COLOR=1`, git never
-//! prompts and its editor is `true`). Editor terminals run the same
-//! `sh -c <command>` in the editor's own environment: ACP gives us no say
-//! there beyond the command, directory and output limit.
+//! is the JSON-RPC channel), our environment without the secrets (see
+//! `crate::child`) plus non-interactive settings (see [`CHILD_ENV`]: pagers
+//! are `cat`, `TERM=dumb`, `NO_COLOR=1`, git never prompts and its editor is
+//! `true`), started through lathe's supervising trampoline so that they die
+//! with lathe even when it is killed. Editor terminals run the same
+//! `sh -c <command>` in the editor's own environment, wrapped in the
+//! trampoline (which removes the same secrets and `exec`s the shell): ACP
+//! gives us no say there beyond the command, directory and output limit.
 //!
 //! This module knows nothing of ACP, the model API or permission decisions:
 //! terminals come through [`Terminals`], and the policy only asks it how to
@@ -350,8 +353,11 @@ async fn run_in_terminal(
     ctx: &ToolContext<'_>,
 ) -> ToolOutcome {
     let args = ["-c".to_owned(), command.to_owned()];
+    // Through lathe's trampoline when it is known, so the secrets lathe
+    // knows of leave the editor's environment too.
+    let (program, args) = ctx.host.launcher().for_terminal(SHELL, &args);
     let request = TerminalCommand {
-        command: SHELL,
+        command: &program,
         args: &args,
         cwd,
         output_byte_limit: u64::try_from(ctx.limits.shell_output_bytes).ok(),
@@ -505,18 +511,13 @@ enum Race {
 }
 
 async fn run_locally(command: &str, cwd: &Path, timeout: Duration, ctx: &ToolContext<'_>) -> ToolOutcome {
-    let mut cmd = Command::new(SHELL);
-    cmd.arg("-c")
-        .arg(command)
-        .current_dir(cwd)
-        .envs(CHILD_ENV)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // Its own group, so that one signal reaches everything it starts.
-        .process_group(0)
-        .kill_on_drop(true);
-    let mut child = match cmd.spawn() {
+    let args = ["-c".to_owned(), command.to_owned()];
+    // In a process group of its own (led by the trampoline when supervised),
+    // so that one signal reaches everything it starts.
+    let spawned = ctx.host.launcher().spawn(SHELL, &args, |cmd: &mut Command| {
+        cmd.current_dir(cwd).envs(CHILD_ENV).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    });
+    let mut child = match spawned {
         Ok(child) => child,
         Err(err) => return ToolOutcome::failed(format!("Could not start `{SHELL}`: {err}")),
     };

@@ -20,7 +20,7 @@ use crate::support::mock_openai::{text_reply, tool_call_reply, tool_result};
 
 /// The stdio fixture, built by `cargo test` next to this test binary
 /// (`target/<profile>/examples/mcp_fixture`).
-fn fixture_path() -> PathBuf {
+pub(super) fn fixture_path() -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary's path");
     let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>");
     let path = profile_dir.join("examples").join("mcp_fixture");
