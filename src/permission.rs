@@ -11,6 +11,7 @@ use std::path::PathBuf;
 
 use futures_util::future::BoxFuture;
 
+use crate::tools::shell::CommandRule;
 use crate::tools::{Access, DisplayContent, Location, Tool, ToolKind, paths, shell};
 
 /// How much the agent may do without asking.
@@ -112,10 +113,11 @@ enum Rule {
     /// A file tool family (reads: `ReadFile`, edits: `EditFile`), inside or
     /// outside the roots.
     Tool(Tool, Scope),
-    /// Shell commands starting with these words.
+    /// Shell commands an "always allow" covers (see [`CommandRule`]).
+    Command(CommandRule),
+    /// Shell commands starting with these words: what an "always reject"
+    /// of a command remembers (a broad rejection only ever asks less).
     CommandPrefix(String),
-    /// Exactly this shell command (when it has no usable prefix).
-    Command(String),
     /// One tool of one MCP server.
     External {
         /// The server.
@@ -123,6 +125,18 @@ enum Rule {
         /// The tool.
         tool: String,
     },
+}
+
+impl Rule {
+    /// Whether this rule covers a call with this access.
+    fn covers(&self, access: &Access, roots: &[PathBuf]) -> bool {
+        match (self, access) {
+            (Rule::Command(rule), Access::Execute { command, cwd }) => rule.covers(command, cwd, roots),
+            (Rule::CommandPrefix(prefix), Access::Execute { command, .. }) => shell::matches_prefix(command, prefix),
+            (Rule::Command(_) | Rule::CommandPrefix(_), _) => false,
+            (Rule::Tool(..) | Rule::External { .. }, _) => allow_rule(access, roots).as_ref() == Some(self),
+        }
+    }
 }
 
 /// The session's permission state: its mode and the "always" answers.
@@ -166,16 +180,13 @@ impl Policy {
 
     /// Judges a call by what it touches.
     pub fn judge(&self, access: &Access, roots: &[PathBuf]) -> Verdict {
-        let rule = rule_for(access, roots);
-        if let Some(rule) = &rule
-            && self.rejected.contains(rule)
-        {
+        if self.rejected.iter().any(|rule| rule.covers(access, roots)) {
             return Verdict::Deny(
                 "The user declined calls like this one for the rest of the session. Do not retry it; find another way or ask the user."
                     .to_owned(),
             );
         }
-        let remembered = rule.as_ref().is_some_and(|rule| self.allowed.contains(rule));
+        let remembered = self.allowed.iter().any(|rule| rule.covers(access, roots));
         match access {
             Access::Nothing => Verdict::Allow,
             Access::Read(paths) => {
@@ -217,41 +228,44 @@ impl Policy {
     }
 
     /// The choices to offer for a call, in the order editors show them.
+    /// An "always" choice names what it will remember.
     pub fn options(&self, access: &Access, roots: &[PathBuf]) -> Vec<Choice> {
-        let rule = rule_for(access, roots);
-        let always = match &rule {
-            Some(Rule::CommandPrefix(prefix)) => Some(format!("Always allow `{prefix}` commands")),
-            Some(Rule::Tool(tool, Scope::Outside)) => Some(format!("Always allow {} outside the project", verb(*tool))),
-            Some(Rule::Tool(tool, Scope::Inside)) => Some(format!("Always allow {}", verb(*tool))),
-            Some(Rule::External { server, tool }) => Some(format!("Always allow `{tool}` from `{server}`")),
-            Some(Rule::Command(_)) | None => None,
-        };
+        let always = allow_rule(access, roots).and_then(|rule| match rule {
+            Rule::Command(rule) => Some(format!("Always allow {}", rule.describe())),
+            Rule::Tool(tool, Scope::Outside) => Some(format!("Always allow {} outside the project", verb(tool))),
+            Rule::Tool(tool, Scope::Inside) => Some(format!("Always allow {}", verb(tool))),
+            Rule::External { server, tool } => Some(format!("Always allow `{tool}` from `{server}`")),
+            Rule::CommandPrefix(_) => None,
+        });
         let mut choices = vec![Choice { answer: Answer::AllowOnce, id: "allow_once", label: "Allow".to_owned() }];
         if let Some(label) = always {
             choices.push(Choice { answer: Answer::AllowAlways, id: "allow_always", label });
         }
         choices.push(Choice { answer: Answer::RejectOnce, id: "reject_once", label: "Reject".to_owned() });
-        if rule.is_some() {
-            choices.push(Choice {
-                answer: Answer::RejectAlways,
-                id: "reject_always",
-                label: "Always reject".to_owned(),
-            });
+        if let Some(rule) = reject_rule(access, roots) {
+            let label = match rule {
+                Rule::CommandPrefix(prefix) => format!("Always reject `{prefix} …`"),
+                Rule::Command(_) | Rule::Tool(..) | Rule::External { .. } => "Always reject".to_owned(),
+            };
+            choices.push(Choice { answer: Answer::RejectAlways, id: "reject_always", label });
         }
         choices
     }
 
     /// Remembers an "always" answer.
     pub fn remember(&mut self, access: &Access, roots: &[PathBuf], answer: Answer) {
-        let Some(rule) = rule_for(access, roots) else { return };
         match answer {
             Answer::AllowAlways => {
-                self.rejected.remove(&rule);
-                self.allowed.insert(rule);
+                if let Some(rule) = allow_rule(access, roots) {
+                    self.rejected.retain(|rejected| !rejected.covers(access, roots));
+                    self.allowed.insert(rule);
+                }
             }
             Answer::RejectAlways => {
-                self.allowed.remove(&rule);
-                self.rejected.insert(rule);
+                if let Some(rule) = reject_rule(access, roots) {
+                    self.allowed.retain(|allowed| !allowed.covers(access, roots));
+                    self.rejected.insert(rule);
+                }
             }
             Answer::AllowOnce | Answer::RejectOnce | Answer::Cancelled => {}
         }
@@ -271,20 +285,31 @@ fn all_inside(paths: &[PathBuf], roots: &[PathBuf]) -> bool {
     paths.iter().all(|path| paths::is_inside_roots(path, roots))
 }
 
-/// The rule an "always" answer to this call would create. Reads and writes
+/// The rule an "always allow" answer to this call creates. Reads and writes
 /// share a rule per tool family so that "always allow edits" covers both edit
-/// tools (the only ones that write); an MCP tool is its own rule.
-fn rule_for(access: &Access, roots: &[PathBuf]) -> Option<Rule> {
+/// tools (the only ones that write); an MCP tool is its own rule; a command
+/// gets the narrow [`CommandRule`], or none (inline code, `;`, `$(`, ...).
+fn allow_rule(access: &Access, roots: &[PathBuf]) -> Option<Rule> {
     let scope = |paths: &[PathBuf]| if all_inside(paths, roots) { Scope::Inside } else { Scope::Outside };
     match access {
         Access::Nothing => None,
         Access::Read(paths) => Some(Rule::Tool(Tool::ReadFile, scope(paths))),
         Access::Write(paths) => Some(Rule::Tool(Tool::EditFile, scope(paths))),
-        Access::Execute { command, .. } => Some(match shell::command_prefix(command) {
-            Some(prefix) => Rule::CommandPrefix(prefix),
-            None => Rule::Command(command.trim().to_owned()),
-        }),
+        Access::Execute { command, cwd } => shell::command_rule(command, cwd).map(Rule::Command),
         Access::External { server, tool, .. } => Some(Rule::External { server: server.clone(), tool: tool.clone() }),
+    }
+}
+
+/// The rule an "always reject" answer to this call creates: as for allowing,
+/// except that a command is rejected by its program and subcommand (or, when
+/// it has none that can be matched, exactly).
+fn reject_rule(access: &Access, roots: &[PathBuf]) -> Option<Rule> {
+    match access {
+        Access::Execute { command, cwd } => Some(match shell::command_prefix(command) {
+            Some(prefix) => Rule::CommandPrefix(prefix),
+            None => Rule::Command(CommandRule::Exact { command: command.trim().to_owned(), cwd: cwd.clone() }),
+        }),
+        Access::Nothing | Access::Read(_) | Access::Write(_) | Access::External { .. } => allow_rule(access, roots),
     }
 }
 
@@ -407,9 +432,16 @@ mod tests {
         assert_eq!(policy.judge(&Access::Write(outside()), &roots()), Verdict::Ask);
 
         policy.remember(&run("cargo test --all"), &roots(), Answer::AllowAlways);
-        assert_eq!(policy.judge(&run("cargo test -p lathe"), &roots()), Verdict::Allow);
+        assert_eq!(policy.judge(&run("cargo test --all"), &roots()), Verdict::Allow);
+        assert_eq!(policy.judge(&run("  cargo test --all "), &roots()), Verdict::Allow);
+        assert_eq!(policy.judge(&run("cargo test -p lathe"), &roots()), Verdict::Ask, "exact commands only");
         assert_eq!(policy.judge(&run("cargo build"), &roots()), Verdict::Ask);
-        assert_eq!(policy.judge(&run("cargo test && rm -rf ~"), &roots()), Verdict::Ask);
+        assert_eq!(policy.judge(&run("cargo test --all && rm -rf ~"), &roots()), Verdict::Ask);
+        let elsewhere = Access::Execute {
+            command: "cargo test --all".to_owned(),
+            cwd: PathBuf::from("/nonexistent-root/project/sub"),
+        };
+        assert_eq!(policy.judge(&elsewhere, &roots()), Verdict::Ask, "in another directory it is another command");
 
         policy.remember(&run("git push --force"), &roots(), Answer::RejectAlways);
         assert!(matches!(policy.judge(&run("git push origin main"), &roots()), Verdict::Deny(_)));
@@ -424,8 +456,17 @@ mod tests {
         let ids = |access: &Access| policy.options(access, &roots()).iter().map(|c| c.id).collect::<Vec<_>>();
         assert_eq!(ids(&run("cargo test")), vec!["allow_once", "allow_always", "reject_once", "reject_always"]);
         assert_eq!(ids(&run("a; b")), vec!["allow_once", "reject_once", "reject_always"]);
-        let labels = policy.options(&run("cargo test --all"), &roots());
-        assert_eq!(labels[1].label, "Always allow `cargo test` commands");
+        assert_eq!(ids(&run("python3 -c 'print(1)'")), vec!["allow_once", "reject_once", "reject_always"]);
+        // Each "always" option names the rule it remembers.
+        let labels =
+            |access: &Access| policy.options(access, &roots()).into_iter().map(|c| c.label).collect::<Vec<_>>();
+        assert_eq!(
+            labels(&run("cargo test --all")),
+            ["Allow", "Always allow `cargo test --all`", "Reject", "Always reject `cargo test …`"]
+        );
+        assert_eq!(labels(&run("cat README.md"))[1], "Always allow `cat …` inside the project");
+        assert_eq!(labels(&run("git log --oneline"))[1], "Always allow `git log …` inside the project");
+        assert_eq!(labels(&run("echo `date`; ls"))[1..], ["Reject", "Always reject"]);
         assert_eq!(ids(&mcp("publish", false)), vec!["allow_once", "allow_always", "reject_once", "reject_always"]);
         assert_eq!(policy.options(&mcp("publish", false), &roots())[1].label, "Always allow `publish` from `docs`");
     }
@@ -482,6 +523,80 @@ mod tests {
         assert_eq!(accept.judge(&Access::Write(vec![hard]), &roots), Verdict::Allow);
         let inside = root.path().join("src/../lib.rs");
         assert_eq!(accept.judge(&Access::Write(vec![inside]), &roots), Verdict::Allow);
+    }
+
+    /// Issue 11, defect 8: after "always allow" for the first command of
+    /// each pair, the second still asks (and the first is allowed again).
+    #[test]
+    fn always_allow_never_stretches_to_other_arguments() {
+        let root = tempfile::tempdir().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        let roots = vec![root.path().to_path_buf()];
+        std::os::unix::fs::symlink(elsewhere.path(), root.path().join("link_out")).unwrap();
+        let outside = elsewhere.path().display().to_string();
+        let run = |command: &str| Access::Execute { command: command.to_owned(), cwd: root.path().to_path_buf() };
+        let table: Vec<(&str, String)> = vec![
+            // The issue's four.
+            ("find . -name '*.rs'", format!("find {outside} -delete")),
+            ("cat README.md", format!("cat {outside}/secret")),
+            ("sed -n 1p x", "sed -i s/a/b/ x".to_owned()),
+            ("python3 script.py", "python3 -c 'import os; os.remove(\"x\")'".to_owned()),
+            // Read-only programs: paths, links and expansions that leave the roots.
+            ("cat README.md", "cat ../other/secret".to_owned()),
+            ("cat README.md", "cat link_out/secret".to_owned()),
+            ("cat README.md", "cat ~/.ssh/id_rsa".to_owned()),
+            ("cat README.md", "cat $HOME/.netrc".to_owned()),
+            ("cat README.md", "cat \"$HOME/.netrc\"".to_owned()),
+            ("cat README.md", "cat */../../x".to_owned()),
+            ("cat README.md", "cat {README.md,/etc/passwd}".to_owned()),
+            ("cat README.md", format!("cat -- {outside}/x")),
+            ("grep -r todo src", format!("grep -r --file={outside}/patterns src")),
+            ("grep -r todo src", format!("grep -f{outside}/patterns src")),
+            ("grep -r todo src", "grep -r todo src > out.txt".to_owned()),
+            ("ls", "ls; rm -rf src".to_owned()),
+            ("head -n 5 a.txt", "/tmp/head -n 5 a.txt".to_owned()),
+            // Another subcommand, or an option that writes or runs something.
+            ("git log --oneline", "git push --force".to_owned()),
+            ("git log --oneline", "git log --output=notes.txt".to_owned()),
+            ("git log --oneline", "git log --out=notes.txt".to_owned()),
+            ("git diff", "git -c core.pager=sh diff".to_owned()),
+            ("git grep todo", "git grep -O todo".to_owned()),
+            ("tree", "tree -aR".to_owned()),
+            ("rg todo", "rg --pre ./evil todo".to_owned()),
+            ("cargo test", "cargo test --config build.rustc-wrapper='/bin/evil'".to_owned()),
+            ("npm run build", "npm run deploy".to_owned()),
+            // Interpreters' inline code, however it is reached.
+            ("node app.js", "node -e 'process.exit(1)'".to_owned()),
+            ("sh build.sh", "sh -c 'rm -rf /'".to_owned()),
+            ("perl tool.pl", "perl -e 'unlink q(x)'".to_owned()),
+            ("ruby tool.rb", "ruby -e 'File.delete(\"x\")'".to_owned()),
+            ("python3 script.py", "env python3 -c 'print(1)'".to_owned()),
+            ("bash build.sh", "bash -ec 'rm x'".to_owned()),
+        ];
+        for (first, second) in &table {
+            let mut policy = Policy::new(Mode::Ask);
+            assert_eq!(policy.judge(&run(first), &roots), Verdict::Ask, "{first} asks at first");
+            assert!(policy.options(&run(first), &roots).iter().any(|c| c.answer == Answer::AllowAlways), "{first}");
+            policy.remember(&run(first), &roots, Answer::AllowAlways);
+            assert_eq!(policy.judge(&run(first), &roots), Verdict::Allow, "{first} is allowed again");
+            assert_eq!(policy.judge(&run(second), &roots), Verdict::Ask, "{second} after {first}");
+        }
+
+        // What a read-only rule does cover: the same program on other files inside.
+        let mut policy = Policy::new(Mode::Ask);
+        policy.remember(&run("cat README.md"), &roots, Answer::AllowAlways);
+        policy.remember(&run("git log --oneline"), &roots, Answer::AllowAlways);
+        policy.remember(&run("grep -r todo src"), &roots, Answer::AllowAlways);
+        for covered in [
+            "cat src/lib.rs Cargo.toml",
+            "cat -n 'a file.txt'",
+            "git log -p -- src/main.rs",
+            "git log --format='%h %s' -5",
+            "grep -rn 'fn [a-z]*' src",
+            "grep -e TODO -- -weird-name",
+        ] {
+            assert_eq!(policy.judge(&run(covered), &roots), Verdict::Allow, "{covered}");
+        }
     }
 
     #[test]

@@ -142,6 +142,30 @@ async fn allow_always_is_remembered_for_the_session() {
     assert_eq!(second["content"][0]["oldText"], Value::Null, "a new file has no old text");
 }
 
+/// Issue 11, defect 8: "always allow" names its rule and covers exactly
+/// that; the same program on a path outside the roots asks again.
+#[tokio::test]
+async fn always_allow_for_a_command_covers_only_what_it_says() {
+    let mut h = Harness::start().await;
+    write(&h.project, "README.md", "hello\n");
+    write(h.home.path(), "secret.txt", "top secret\n");
+    let session = h.session().await;
+    let outside = h.home.path().join("secret.txt");
+    h.mock.push(tool_call_reply(&[("call_1", "shell", json!({"command": "cat README.md"}))]));
+    h.mock.push(tool_call_reply(&[("call_2", "shell", json!({"command": "cat -n README.md"}))]));
+    h.mock.push(tool_call_reply(&[("call_3", "shell", json!({"command": format!("cat {}", outside.display())}))]));
+    h.mock.push(text_reply("done"));
+    let mut editor = FakeEditor::answering(&[Permission::Select("allow_always"), Permission::Select("reject_once")]);
+    let (before, response) = run(&mut h, &session, &mut editor).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn");
+    let asked = editor.requests_for("session/request_permission");
+    let asked_ids: Vec<&Value> = asked.iter().map(|r| &r["params"]["toolCall"]["toolCallId"]).collect();
+    assert_eq!(asked_ids, ["call_1", "call_3"], "the covered call did not ask; the outside one did");
+    assert_eq!(asked[0]["params"]["options"][1]["name"], "Always allow `cat …` inside the project");
+    assert_eq!(final_status(&before, "call_2"), "completed");
+    assert!(!tool_result(&h.mock.requests()[3].body, "call_3").contains("top secret"));
+}
+
 /// A rejection leaves the file alone, tells the model, and the turn goes on.
 #[tokio::test]
 async fn a_rejection_leaves_the_file_untouched_and_tells_the_model() {
