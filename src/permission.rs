@@ -215,10 +215,13 @@ impl Policy {
                 _ if remembered && all_inside(std::slice::from_ref(cwd), roots) => Verdict::Allow,
                 Mode::Ask | Mode::AcceptEdits => Verdict::Ask,
             },
-            // A read-only tool has no paths to check: it is a read inside the
-            // roots. Anything else is judged like a command.
-            Access::External { read_only: true, .. } => Verdict::Allow,
-            Access::External { read_only: false, .. } => match self.mode {
+            // An MCP tool is judged like a command: what it touches is
+            // unknown. The server's `readOnlyHint` never lowers the bar (the
+            // MCP spec: clients must not rely on hints from untrusted
+            // servers); it only lets read-only mode ask instead of refusing,
+            // and there every call asks, "always" or not, since a hint may lie.
+            Access::External { read_only, .. } => match self.mode {
+                Mode::ReadOnly if *read_only => Verdict::Ask,
                 Mode::ReadOnly => Verdict::Deny(READ_ONLY_EXTERNAL_REFUSAL.to_owned()),
                 Mode::FullAuto => Verdict::Allow,
                 _ if remembered => Verdict::Allow,
@@ -230,7 +233,9 @@ impl Policy {
     /// The choices to offer for a call, in the order editors show them.
     /// An "always" choice names what it will remember.
     pub fn options(&self, access: &Access, roots: &[PathBuf]) -> Vec<Choice> {
-        let always = allow_rule(access, roots).and_then(|rule| match rule {
+        // Read-only mode asks about every MCP call (see `judge`): an "always" would mean nothing.
+        let remembers = !(self.mode == Mode::ReadOnly && matches!(access, Access::External { .. }));
+        let always = allow_rule(access, roots).filter(|_| remembers).and_then(|rule| match rule {
             Rule::Command(rule) => Some(format!("Always allow {}", rule.describe())),
             Rule::Tool(tool, Scope::Outside) => Some(format!("Always allow {} outside the project", verb(tool))),
             Rule::Tool(tool, Scope::Inside) => Some(format!("Always allow {}", verb(tool))),
@@ -403,10 +408,12 @@ mod tests {
             (Mode::ReadOnly, Tool::Shell, run("ls"), Deny),
             (Mode::FullAuto, Tool::Shell, run("rm -rf target"), Allow),
             (Mode::ReadOnly, Tool::UpdatePlan, Access::Nothing, Allow),
-            // MCP tools: read-only ones never ask; the others are commands.
-            (Mode::Ask, Tool::Shell, mcp("search", true), Allow),
-            (Mode::ReadOnly, Tool::Shell, mcp("search", true), Allow),
-            (Mode::AcceptEdits, Tool::Shell, mcp("search", true), Allow),
+            // MCP tools ask like commands, whatever the server's hints say
+            // (issue 11, defect 10); in read-only mode, only the ones the
+            // server calls read-only may be asked about.
+            (Mode::Ask, Tool::Shell, mcp("search", true), Ask),
+            (Mode::ReadOnly, Tool::Shell, mcp("search", true), Ask),
+            (Mode::AcceptEdits, Tool::Shell, mcp("search", true), Ask),
             (Mode::FullAuto, Tool::Shell, mcp("search", true), Allow),
             (Mode::Ask, Tool::Shell, mcp("publish", false), Ask),
             (Mode::AcceptEdits, Tool::Shell, mcp("publish", false), Ask),
@@ -482,9 +489,14 @@ mod tests {
         assert_eq!(policy.judge(&other_server, &roots()), Verdict::Ask);
         policy.remember(&mcp("delete", false), &roots(), Answer::RejectAlways);
         assert!(matches!(policy.judge(&mcp("delete", false), &roots()), Verdict::Deny(_)));
-        // Read-only mode refuses even a remembered tool that changes things.
+        // Read-only mode refuses even a remembered tool that changes things,
+        // and asks about every call of a tool the server calls read-only.
         policy.set_mode(Mode::ReadOnly);
         assert!(matches!(policy.judge(&mcp("publish", false), &roots()), Verdict::Deny(_)));
+        policy.remember(&mcp("lookup", true), &roots(), Answer::AllowAlways);
+        assert_eq!(policy.judge(&mcp("lookup", true), &roots()), Verdict::Ask);
+        let ids: Vec<&str> = policy.options(&mcp("lookup", true), &roots()).iter().map(|c| c.id).collect();
+        assert_eq!(ids, ["allow_once", "reject_once", "reject_always"]);
     }
 
     /// Paths are judged where they lead: `..`, absolute paths and symlinks
