@@ -19,7 +19,6 @@
 //! that did not finish). Every tool call the user saw gets a final status
 //! before the turn returns.
 
-use std::collections::HashMap;
 use std::ops::Deref;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -539,8 +538,10 @@ impl Turn<'_> {
             Err(ended) => return ended,
         };
         let mut decoder = StreamDecoder::new(format!("call_{}_", &request_id[..12]));
-        // Calls shown to the user while streaming, by the decoder's id -> the session-unique id.
-        let mut announced: HashMap<String, String> = HashMap::new();
+        // Calls shown to the user while streaming: the decoder's position of
+        // each, and the session-unique id it was shown with. By position, not
+        // by the server's id: a server may give two calls the same id.
+        let mut announced: Vec<(usize, String)> = Vec::new();
         let used_ids = &mut conversation.tool_call_ids;
         let events = self.events;
         let external = self.external;
@@ -549,7 +550,7 @@ impl Turn<'_> {
             ModelEvent::Reasoning(text) => {
                 events.emit(AgentEvent::AgentThought { message_id: thought_id.clone(), text })
             }
-            ModelEvent::ToolCallStarted { id, name, .. } => {
+            ModelEvent::ToolCallStarted { position, id, name } => {
                 let unique = unique_id(used_ids, &id);
                 let (title, kind) = match Tool::from_name(&name) {
                     Some(tool) => (pending_title(tool).to_owned(), tool.kind()),
@@ -558,7 +559,7 @@ impl Turn<'_> {
                         .unwrap_or_else(|| (name.clone(), ToolKind::Other)),
                 };
                 events.emit(AgentEvent::ToolCallStarted { id: unique.clone(), title, kind });
-                announced.insert(id, unique);
+                announced.push((position, unique));
             }
         };
         let ended = loop {
@@ -579,17 +580,34 @@ impl Turn<'_> {
         };
         match ended {
             Sample::Done(mut output) => {
+                // The decoder announces a call when its name arrives and keeps
+                // exactly the named calls, in position order: the n-th call
+                // is the n-th announced, by position.
+                announced.sort_by_key(|(position, _)| *position);
+                let mut shown = announced.into_iter().map(|(_, unique)| unique);
                 for call in &mut output.tool_calls {
-                    call.id = match announced.get(&call.id) {
-                        Some(unique) => unique.clone(),
-                        None => unique_id(&mut conversation.tool_call_ids, &call.id),
+                    call.id = match shown.next() {
+                        Some(unique) => unique,
+                        None => {
+                            let unique = unique_id(&mut conversation.tool_call_ids, &call.id);
+                            let started = AgentEvent::ToolCallStarted {
+                                id: unique.clone(),
+                                title: call.name.clone(),
+                                kind: ToolKind::Other,
+                            };
+                            self.events.emit(started);
+                            unique
+                        }
                     };
+                }
+                for unmatched in shown {
+                    self.finish_call(&unmatched, ToolOutcome::failed("Not run: the model's response lost this call."));
                 }
                 Sample::Done(output)
             }
             interrupted => {
                 // Calls the user saw start but that will never run.
-                for id in announced.values() {
+                for (_, id) in &announced {
                     let outcome = match interrupted {
                         Sample::Cancelled(_) => ToolOutcome::cancelled(),
                         _ => ToolOutcome::failed("Not run: the model's response broke off."),

@@ -388,6 +388,54 @@ async fn cancel_releases_a_client_terminal() {
     assert_eq!(final_status(&after, "call_t"), "failed");
 }
 
+/// Issue 11, defect 11: two calls with the same id in one response become
+/// two ACP tool calls with distinct ids, each with a final status, and the
+/// transcript sent back holds no duplicate id.
+#[tokio::test]
+async fn two_calls_with_one_id_stay_two_calls() {
+    use crate::support::mock_openai::{Reply, Step, ev_finish, ev_role, ev_tool_call_args, ev_tool_call_start};
+    let mut h = Harness::start().await;
+    write(&h.project, "a.txt", "alpha\n");
+    write(&h.project, "b.txt", "beta\n");
+    let session = h.session().await;
+    for _ in 0..2 {
+        h.mock.push(Reply::Sse(vec![
+            ev_role(),
+            ev_tool_call_start(0, "call_0", "read_file"),
+            ev_tool_call_args(0, r#"{"path": "a.txt"}"#),
+            ev_tool_call_start(1, "call_0", "read_file"),
+            ev_tool_call_args(1, r#"{"path": "b.txt"}"#),
+            ev_finish("tool_calls"),
+            Step::Done,
+        ]));
+    }
+    h.mock.push(text_reply("done"));
+    let (before, response) = run(&mut h, &session, &mut FakeEditor::default()).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+
+    let started: Vec<String> =
+        updates_of_kind(&before, "tool_call").iter().map(|u| u["toolCallId"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(started.len(), 4, "{started:?}");
+    let distinct: std::collections::HashSet<&String> = started.iter().collect();
+    assert_eq!(distinct.len(), 4, "every call has its own id: {started:?}");
+    for id in &started {
+        assert_eq!(final_status(&before, id), "completed", "{id}");
+    }
+
+    let body = &h.mock.requests()[2].body;
+    let mut ids = Vec::new();
+    for message in body["messages"].as_array().unwrap() {
+        for call in message["tool_calls"].as_array().into_iter().flatten() {
+            ids.push(call["id"].as_str().unwrap().to_owned());
+        }
+    }
+    assert_eq!(ids, started, "the transcript uses the ids the editor saw");
+    assert!(tool_result(body, &started[0]).contains("alpha"));
+    assert!(tool_result(body, &started[1]).contains("beta"));
+    assert!(tool_result(body, &started[2]).contains("alpha"));
+    assert!(tool_result(body, &started[3]).contains("beta"));
+}
+
 /// Bad arguments and unknown tools are results the model can read, not a failed turn.
 #[tokio::test]
 async fn bad_calls_are_explained_to_the_model() {
