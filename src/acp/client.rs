@@ -14,12 +14,14 @@ use agent_client_protocol_schema::v1::{
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 
-use super::updates;
+use super::updates::{self, Lines};
 use crate::agent::ToolCallChange;
 use crate::permission::{Answer, ApprovalError, Approver, PermissionQuestion};
 use crate::rpc::{CallError, Outbox};
 use crate::tools::local::LocalHost;
-use crate::tools::{Host, HostError, Launcher, TerminalCommand, TerminalExit, TerminalOutput, Terminals};
+use crate::tools::{
+    DisplayContent, Host, HostError, Launcher, TerminalCommand, TerminalExit, TerminalOutput, Terminals,
+};
 
 /// ACP's "resource not found" code.
 const RESOURCE_NOT_FOUND: i32 = -32002;
@@ -224,13 +226,22 @@ impl Approver for ClientApprover {
                         Answer::RejectOnce | Answer::Cancelled => PermissionOptionKind::RejectOnce,
                         Answer::RejectAlways => PermissionOptionKind::RejectAlways,
                     };
-                    PermissionOption::new(choice.id, choice.label.clone(), kind)
+                    PermissionOption::new(choice.id, updates::shown(&choice.label, Lines::One).into_owned(), kind)
+                })
+                .collect();
+            // What the user is shown to decide on: every line, nothing hidden.
+            let preview = question
+                .preview
+                .iter()
+                .map(|content| match content {
+                    DisplayContent::Text(text) => DisplayContent::Text(updates::shown(text, Lines::Many).into_owned()),
+                    other => other.clone(),
                 })
                 .collect();
             let change = ToolCallChange {
                 title: Some(question.title.clone()),
                 kind: Some(question.kind),
-                content: Some(question.preview.clone()),
+                content: Some(preview),
                 locations: Some(question.locations.clone()),
                 raw_input: question.raw_input.clone(),
                 ..ToolCallChange::default()

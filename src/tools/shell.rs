@@ -144,14 +144,21 @@ pub fn shell_schema() -> Value {
     })
 }
 
-/// Describes a `shell` call: "Run `cargo test`", kind execute, and the
-/// command with its resolved directory for the permission policy.
+/// Describes a `shell` call: "Run `cargo test`", kind execute, the command
+/// with its resolved directory for the permission policy, and, for the
+/// permission request, the whole command (every line) in a code block, with
+/// the directory when it is not the session's.
 pub fn describe_shell(args: &ShellArgs, cwd: &Path) -> Description {
+    let dir = working_dir(args, cwd);
+    let mut preview = fenced_as("sh", &args.command);
+    if dir != paths::normalize(cwd) {
+        preview.push_str(&format!("\nin {}", code_span(&paths::display(&dir, cwd))));
+    }
     Description {
         title: title(&args.command),
         locations: Vec::new(),
-        access: Access::Execute { command: args.command.clone(), cwd: working_dir(args, cwd) },
-        preview: Vec::new(),
+        access: Access::Execute { command: args.command.clone(), cwd: dir },
+        preview: vec![DisplayContent::Text(preview)],
     }
 }
 
@@ -511,20 +518,26 @@ fn effective_timeout(requested: Option<f64>, limits: &ToolLimits) -> Duration {
     wanted.clamp(Duration::from_secs(1).min(max), max)
 }
 
-/// "Run `cmd`", showing only the first line, cut to [`TITLE_MAX_CHARS`].
+/// "Run `cmd`", showing only the first line, cut to [`TITLE_MAX_CHARS`],
+/// and saying how many lines follow (the permission request shows them all).
 fn title(command: &str) -> String {
     let command = command.trim();
     let mut lines = command.lines();
     let first = lines.next().unwrap_or_default().trim_end();
+    let more = lines.count();
     let mut shown: String = first.chars().take(TITLE_MAX_CHARS).collect();
-    if lines.next().is_some() || first.chars().count() > TITLE_MAX_CHARS {
+    if more > 0 || first.chars().count() > TITLE_MAX_CHARS {
         shown.truncate(shown.trim_end().len());
         shown.push('…');
     }
     if shown.is_empty() {
         return "Run an empty command".to_owned();
     }
-    format!("Run {}", code_span(&shown))
+    match more {
+        0 => format!("Run {}", code_span(&shown)),
+        1 => format!("Run {} (+1 more line)", code_span(&shown)),
+        n => format!("Run {} (+{n} more lines)", code_span(&shown)),
+    }
 }
 
 /// Markdown inline code that survives backticks inside the text.
@@ -898,9 +911,14 @@ async fn pump(pipe: Option<impl AsyncRead + Unpin>, buffer: &Mutex<HeadTail>) {
 
 /// Markdown code block that survives backtick fences inside the text.
 fn fenced(text: &str) -> String {
+    fenced_as("", text)
+}
+
+/// [`fenced`], with an info string naming the language.
+fn fenced_as(language: &str, text: &str) -> String {
     let longest_run = text.split(|c| c != '`').map(str::len).max().unwrap_or(0);
     let fence = "`".repeat(longest_run.max(2) + 1);
-    format!("{fence}\n{text}\n{fence}")
+    format!("{fence}{language}\n{text}\n{fence}")
 }
 
 // ---------------------------------------------------------------------------
@@ -1470,12 +1488,17 @@ mod tests {
     fn titles_show_the_first_line_cut_short() {
         let cwd = Path::new("/p");
         assert_eq!(describe_shell(&args("cargo test"), cwd).title, "Run `cargo test`");
-        assert_eq!(describe_shell(&args("cat <<EOF\nx\nEOF"), cwd).title, "Run `cat <<EOF…`");
+        assert_eq!(describe_shell(&args("cat <<EOF\nx\nEOF"), cwd).title, "Run `cat <<EOF…` (+2 more lines)");
+        assert_eq!(describe_shell(&args("git status\ntouch PWN"), cwd).title, "Run `git status…` (+1 more line)");
         let long = format!("echo {}", "x".repeat(100));
         assert_eq!(describe_shell(&args(&long), cwd).title, format!("Run `echo {}…`", "x".repeat(75)));
         assert_eq!(describe_shell(&args("echo `date`"), cwd).title, "Run `` echo `date` ``");
         let described = describe_shell(&ShellArgs { cwd: Some("sub/../web".to_owned()), ..args("ls") }, cwd);
         assert_eq!(described.access, Access::Execute { command: "ls".to_owned(), cwd: PathBuf::from("/p/web") });
+        assert_eq!(described.preview, [DisplayContent::Text("```sh\nls\n```\nin `web`".to_owned())]);
+        // Issue 11, defect 13: the permission request shows every line.
+        let described = describe_shell(&args("git status\ntouch PWN"), cwd);
+        assert_eq!(described.preview, [DisplayContent::Text("```sh\ngit status\ntouch PWN\n```".to_owned())]);
         let described = describe_shell(&args("ls"), cwd);
         assert_eq!(described.access, Access::Execute { command: "ls".to_owned(), cwd: PathBuf::from("/p") });
     }

@@ -436,6 +436,44 @@ async fn two_calls_with_one_id_stay_two_calls() {
     assert!(tool_result(body, &started[3]).contains("beta"));
 }
 
+/// Issue 11, defect 13: a permission request shows the whole command, every
+/// line of it, and no title carries a control, ANSI or bidi character raw.
+#[tokio::test]
+async fn permission_prompts_show_everything() {
+    let mut h = Harness::start().await;
+    let session = h.session().await;
+    let disguised = "echo safe\u{1b}[2K\r\u{202e}~ fr- mr";
+    h.mock.push(tool_call_reply(&[
+        ("call_m", "shell", json!({"command": "git status\ntouch PWN"})),
+        ("call_h", "shell", json!({"command": disguised})),
+    ]));
+    h.mock.push(text_reply("ok"));
+    let mut editor = FakeEditor::answering(&[Permission::Select("reject_once"), Permission::Select("reject_once")]);
+    let (before, response) = run(&mut h, &session, &mut editor).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn");
+    assert!(!h.project.join("PWN").exists());
+
+    let asked = editor.requests_for("session/request_permission");
+    assert_eq!(asked.len(), 2);
+    let multi = &asked[0]["params"]["toolCall"];
+    assert_eq!(multi["title"], "Run `git status…` (+1 more line)");
+    assert_eq!(multi["content"][0]["content"]["text"], "```sh\ngit status\ntouch PWN\n```");
+    let hidden = &asked[1]["params"]["toolCall"];
+    assert_eq!(hidden["title"], "Run `echo safe\\u{1b}[2K\\r\\u{202e}~ fr- mr`");
+    assert_eq!(hidden["content"][0]["content"]["text"], "```sh\necho safe\\u{1b}[2K\\r\\u{202e}~ fr- mr\n```");
+
+    let raw = |c: char| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    let titles = before
+        .iter()
+        .filter_map(|m| m["params"]["update"]["title"].as_str().or(m["params"]["toolCall"]["title"].as_str()));
+    for title in titles {
+        assert!(!title.chars().any(raw), "{title:?}");
+    }
+    for option in asked.iter().flat_map(|r| r["params"]["options"].as_array().unwrap()) {
+        assert!(!option["name"].as_str().unwrap().chars().any(raw), "{option}");
+    }
+}
+
 /// Bad arguments and unknown tools are results the model can read, not a failed turn.
 #[tokio::test]
 async fn bad_calls_are_explained_to_the_model() {
