@@ -29,8 +29,8 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{AgentSettings, ContextSettings};
 use crate::model::retry::{self, Decision, Exhausted, Retrier};
 use crate::model::{
-    FinishReason, Message, ModelClient, ModelError, ModelEvent, ModelOutput, ResponseStream, StreamDecoder,
-    ToolCallRequest, ToolDefinition, UserPart,
+    FinishReason, Message, ModelClient, ModelError, ModelEvent, ModelOutput, OversizedCall, ResponseStream,
+    StreamDecoder, ToolCallRequest, ToolDefinition, UserPart,
 };
 use crate::permission::{Answer, Approver, PermissionQuestion, Policy, Verdict};
 use crate::session::{Conversation, UsageMark};
@@ -292,6 +292,7 @@ impl Turn<'_> {
             let refused = output.refused || output.finish_reason == FinishReason::ContentFilter;
             let finish_reason = output.finish_reason.clone();
             let tool_calls = output.tool_calls.clone();
+            let oversized = output.oversized.clone();
             conversation.push(Message::Assistant {
                 text: output.text,
                 reasoning: output.reasoning,
@@ -319,19 +320,28 @@ impl Turn<'_> {
             if tool_calls.is_empty() {
                 return Ok(StopReason::EndTurn);
             }
-            if self.run_tools(conversation, &tool_calls).await == Flow::Cancelled {
+            if self.run_tools(conversation, &tool_calls, &oversized).await == Flow::Cancelled {
                 return Ok(StopReason::Cancelled);
             }
         }
     }
 
     /// Runs the calls one after another, appending each result. After a
-    /// cancel, the calls that did not run get a "cancelled" result.
-    async fn run_tools(&self, conversation: &mut Conversation, calls: &[ToolCallRequest]) -> Flow {
+    /// cancel, the calls that did not run get a "cancelled" result. A call
+    /// whose arguments were over the cap is not run (see [`Self::too_big`]).
+    async fn run_tools(
+        &self,
+        conversation: &mut Conversation,
+        calls: &[ToolCallRequest],
+        oversized: &[OversizedCall],
+    ) -> Flow {
         for (index, call) in calls.iter().enumerate() {
+            let too_big = oversized.iter().find(|o| o.index == index);
             let (result, flow) = if self.cancel.is_cancelled() {
                 self.finish_call(&call.id, ToolOutcome::cancelled());
                 (CANCELLED_RESULT.to_owned(), Flow::Cancelled)
+            } else if let Some(too_big) = too_big {
+                (self.too_big(call, too_big.bytes), Flow::Continue)
             } else {
                 self.run_tool(call).await
             };
@@ -377,6 +387,22 @@ impl Turn<'_> {
         let prepared = tools::prepare(&call.name, &call.arguments, self.workspace.cwd)?;
         let (kind, description) = (prepared.tool.kind(), prepared.description.clone());
         Ok((Runnable::Builtin(prepared), kind, description))
+    }
+
+    /// A call whose arguments passed `max_tool_call_bytes`: their bytes were
+    /// dropped as they streamed (never kept whole, echoed to the editor or
+    /// logged), so it fails, telling the model the limit and what to do.
+    fn too_big(&self, call: &ToolCallRequest, bytes: usize) -> String {
+        let limit = self.settings.max_tool_call_bytes;
+        let message = format!(
+            "Not run: the arguments of this {} call were {bytes} bytes, over the limit of {limit} bytes for one tool \
+             call, so lathe dropped them. Split the work into several calls under the limit: write a large file in \
+             parts (write_file with the first part, then edit_file calls that add the rest), or generate large or \
+             repetitive content with a short script run by the shell tool.",
+            call.name
+        );
+        self.finish_call(&call.id, ToolOutcome::failed(message.clone()));
+        message
     }
 
     /// One call: describe it, judge it, maybe ask, run it, report it.
@@ -537,7 +563,8 @@ impl Turn<'_> {
             Ok(stream) => stream,
             Err(ended) => return ended,
         };
-        let mut decoder = StreamDecoder::new(format!("call_{}_", &request_id[..12]));
+        let mut decoder = StreamDecoder::new(format!("call_{}_", &request_id[..12]))
+            .max_argument_bytes(self.settings.max_tool_call_bytes);
         // Calls shown to the user while streaming: the decoder's position of
         // each, and the session-unique id it was shown with. By position, not
         // by the server's id: a server may give two calls the same id.

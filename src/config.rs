@@ -173,6 +173,9 @@ pub enum MaxTokensField {
 pub struct AgentSettings {
     /// Model requests one `session/prompt` may make before it stops with `max_turn_requests`.
     pub max_model_requests_per_turn: u32,
+    /// Bytes of arguments one tool call may carry; a call over it is not
+    /// kept, shown or run, and the model is told to split its work.
+    pub max_tool_call_bytes: usize,
 }
 
 /// Timeouts and retries for model endpoints.
@@ -203,7 +206,7 @@ pub struct ProtocolSettings {
 
 impl Default for AgentSettings {
     fn default() -> Self {
-        Self { max_model_requests_per_turn: 100 }
+        Self { max_model_requests_per_turn: 100, max_tool_call_bytes: 1024 * 1024 }
     }
 }
 
@@ -440,6 +443,7 @@ struct ModelToml {
 #[serde(deny_unknown_fields)]
 struct AgentToml {
     max_model_requests_per_turn: Option<u32>,
+    max_tool_call_bytes: Option<usize>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -459,6 +463,9 @@ struct NetworkToml {
 struct ProtocolToml {
     max_message_bytes: Option<usize>,
 }
+
+/// Smallest `agent.max_tool_call_bytes`: every built-in tool's ordinary calls fit.
+const MIN_TOOL_CALL_BYTES: usize = 4096;
 
 /// Context window assumed when a model does not say.
 pub const DEFAULT_CONTEXT_WINDOW: u64 = 128_000;
@@ -637,6 +644,16 @@ impl Config {
                 Some(0) => return Err(invalid("agent.max_model_requests_per_turn", "must be at least 1".to_owned())),
                 Some(n) => n,
                 None => AgentSettings::default().max_model_requests_per_turn,
+            },
+            max_tool_call_bytes: match raw.agent.max_tool_call_bytes {
+                Some(n) if n < MIN_TOOL_CALL_BYTES => {
+                    return Err(invalid(
+                        "agent.max_tool_call_bytes",
+                        format!("{n} is too small (minimum {MIN_TOOL_CALL_BYTES})"),
+                    ));
+                }
+                Some(n) => n,
+                None => AgentSettings::default().max_tool_call_bytes,
             },
         };
         let defaults = NetworkSettings::default();
@@ -1145,6 +1162,16 @@ transport = "sse"
 
     /// The secrets the file names are collected for the environment rule,
     /// and `[child_env]` patterns are checked.
+    #[test]
+    fn the_tool_call_cap_is_checked() {
+        let model = "[models.m]\nbase_url = \"http://x/v1\"\nmodel = \"a\"\n";
+        assert_eq!(parse(model).unwrap().agent.max_tool_call_bytes, 1024 * 1024);
+        let config = parse(&format!("{model}[agent]\nmax_tool_call_bytes = 65536\n")).unwrap();
+        assert_eq!(config.agent.max_tool_call_bytes, 65536);
+        let err = parse(&format!("{model}[agent]\nmax_tool_call_bytes = 100\n")).unwrap_err().to_string();
+        assert!(err.contains("agent.max_tool_call_bytes") && err.contains("4096"), "{err}");
+    }
+
     #[test]
     fn child_env_collects_the_known_secrets() {
         let config = parse(

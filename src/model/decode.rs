@@ -79,6 +79,18 @@ pub struct ModelOutput {
     pub usage: Option<Usage>,
     /// Whether the model refused (an explicit `refusal`).
     pub refused: bool,
+    /// Calls whose arguments passed the cap (see
+    /// [`StreamDecoder::max_argument_bytes`]): their `arguments` are `{}`.
+    pub oversized: Vec<OversizedCall>,
+}
+
+/// A tool call whose arguments were dropped for being over the cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OversizedCall {
+    /// Its index in [`ModelOutput::tool_calls`].
+    pub index: usize,
+    /// How many bytes of arguments the model sent for it.
+    pub bytes: usize,
 }
 
 /// The server reported an error inside the stream.
@@ -92,7 +104,28 @@ struct PartialCall {
     id: String,
     name: String,
     arguments: String,
+    /// Bytes of arguments received, kept or not.
+    argument_bytes: usize,
+    /// Whether the arguments passed the cap (and were dropped).
+    oversized: bool,
     announced: bool,
+}
+
+impl PartialCall {
+    /// Adds a piece of arguments, unless the whole would pass `cap`: then
+    /// nothing more is kept and what was is freed.
+    fn push_arguments(&mut self, piece: &str, cap: usize) {
+        self.argument_bytes = self.argument_bytes.saturating_add(piece.len());
+        if self.oversized {
+            return;
+        }
+        if self.argument_bytes > cap {
+            self.oversized = true;
+            self.arguments = String::new();
+        } else {
+            self.arguments.push_str(piece);
+        }
+    }
 }
 
 /// Accumulates one response.
@@ -105,12 +138,21 @@ pub struct StreamDecoder {
     usage: Option<Usage>,
     refused: bool,
     id_prefix: String,
+    max_argument_bytes: Option<usize>,
 }
 
 impl StreamDecoder {
     /// A decoder; `id_prefix` names tool calls whose server gave no id.
     pub fn new(id_prefix: impl Into<String>) -> Self {
         Self { id_prefix: id_prefix.into(), ..Self::default() }
+    }
+
+    /// Keeps at most `max` bytes of one call's arguments: past that, the
+    /// rest is counted but not kept, and the call is reported in
+    /// [`ModelOutput::oversized`]. Unlimited by default.
+    pub fn max_argument_bytes(mut self, max: usize) -> Self {
+        self.max_argument_bytes = Some(max);
+        self
     }
 
     /// The answer text received so far.
@@ -206,10 +248,17 @@ impl StreamDecoder {
             {
                 call.name.push_str(&name);
             }
+            let cap = self.max_argument_bytes.unwrap_or(usize::MAX);
             match function.arguments {
-                Some(serde_json::Value::String(piece)) => call.arguments.push_str(&piece),
+                Some(serde_json::Value::String(piece)) => call.push_arguments(&piece, cap),
                 Some(serde_json::Value::Null) | None => {}
-                Some(whole) => call.arguments = whole.to_string(),
+                Some(whole) => {
+                    // A whole object replaces whatever came before.
+                    call.arguments = String::new();
+                    call.argument_bytes = 0;
+                    call.oversized = false;
+                    call.push_arguments(&whole.to_string(), cap);
+                }
             }
         }
         if !call.announced && !call.name.is_empty() {
@@ -226,18 +275,26 @@ impl StreamDecoder {
         self.calls.len() - 1
     }
 
-    /// The complete output. Calls without a name are dropped (nothing can run them).
+    /// The complete output. Calls without a name are dropped (nothing can
+    /// run them); an oversized call keeps `{}` as its arguments.
     pub fn finish(self) -> ModelOutput {
         let id_prefix = self.id_prefix;
+        let mut oversized = Vec::new();
         let tool_calls: Vec<ToolCallRequest> = self
             .calls
             .into_iter()
             .enumerate()
             .filter(|(_, call)| !call.name.is_empty())
-            .map(|(position, call)| ToolCallRequest {
-                id: if call.id.is_empty() { format!("{id_prefix}{position}") } else { call.id },
-                name: call.name,
-                arguments: if call.arguments.trim().is_empty() { "{}".to_owned() } else { call.arguments },
+            .enumerate()
+            .map(|(index, (position, call))| {
+                if call.oversized {
+                    oversized.push(OversizedCall { index, bytes: call.argument_bytes });
+                }
+                ToolCallRequest {
+                    id: if call.id.is_empty() { format!("{id_prefix}{position}") } else { call.id },
+                    name: call.name,
+                    arguments: if call.arguments.trim().is_empty() { "{}".to_owned() } else { call.arguments },
+                }
             })
             .collect();
         let finish_reason = match self.finish_reason {
@@ -252,6 +309,7 @@ impl StreamDecoder {
             finish_reason,
             usage: self.usage,
             refused: self.refused,
+            oversized,
         }
     }
 }
@@ -391,6 +449,30 @@ mod tests {
         })]);
         assert_eq!(events, vec![ModelEvent::Text("whole answer".into())]);
         assert_eq!(out.finish_reason, FinishReason::Length);
+    }
+
+    /// Issue 11, defect 18: arguments past the cap are counted, not kept.
+    #[test]
+    fn arguments_past_the_cap_are_dropped() {
+        let mut decoder = StreamDecoder::new("call_").max_argument_bytes(10);
+        let chunks = [
+            json!({"tool_calls":[{"index":0,"id":"big","function":{"name":"write_file","arguments":"{\"content\":"}}]}),
+            json!({"tool_calls":[{"index":1,"id":"small","function":{"name":"read_file","arguments":"{}"}}]}),
+            json!({"tool_calls":[{"index":0,"function":{"arguments":"\"0123456789\"}"}}]}),
+            json!({"tool_calls":[{"index":0,"function":{"arguments":"more"}}]}),
+        ];
+        for value in chunks {
+            decoder.push(chunk(delta(value)), &mut |_| {}).unwrap();
+            assert!(decoder.calls[0].arguments.len() <= 10);
+        }
+        let out = decoder.finish();
+        assert_eq!(out.tool_calls[0].arguments, "{}");
+        assert_eq!(out.tool_calls[1].arguments, "{}");
+        assert_eq!(out.oversized, vec![OversizedCall { index: 0, bytes: 28 }]);
+        let (_, out) = run(vec![delta(
+            json!({"tool_calls":[{"index":0,"id":"a","function":{"name":"x","arguments":"{\"k\":1}"}}]}),
+        )]);
+        assert!(out.oversized.is_empty(), "no cap by default");
     }
 
     #[test]

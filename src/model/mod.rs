@@ -31,7 +31,7 @@ use futures_util::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{ModelConfig, NetworkSettings};
-pub use decode::{FinishReason, ModelEvent, ModelOutput, StreamDecoder, Usage};
+pub use decode::{FinishReason, ModelEvent, ModelOutput, OversizedCall, StreamDecoder, Usage};
 use wire::{ChatChunk, ChatRequest};
 
 /// One message of the conversation, as lathe keeps it.

@@ -474,6 +474,54 @@ async fn permission_prompts_show_everything() {
     }
 }
 
+/// Issue 11, defect 18: a tool call whose arguments pass the cap is not
+/// kept, echoed (`rawInput`), logged or run; the model is told the limit.
+#[tokio::test]
+async fn oversized_tool_calls_are_refused_not_carried() {
+    use crate::support::mock_openai::{Reply, Step, ev_finish, ev_role, ev_tool_call_args, ev_tool_call_start};
+    let mut h = Harness::with_config("[agent]\nmax_tool_call_bytes = 65536\n").await;
+    let session = h.session().await;
+    set_mode(&mut h, &session, "full-auto").await;
+    let mut steps = vec![ev_role(), ev_tool_call_start(0, "call_big", "write_file")];
+    steps.push(ev_tool_call_args(0, r#"{"path": "big.txt", "content": ""#));
+    let piece = "x".repeat(32 * 1024);
+    steps.extend((0..32).map(|_| ev_tool_call_args(0, &piece)));
+    steps.push(ev_tool_call_args(0, r#""}"#));
+    steps.push(ev_tool_call_start(1, "call_ok", "write_file"));
+    steps.push(ev_tool_call_args(1, r#"{"path": "small.txt", "content": "fine"}"#));
+    steps.extend([ev_finish("tool_calls"), Step::Done]);
+    h.mock.push(Reply::Sse(steps));
+    h.mock.push(text_reply("I will write it in parts"));
+    let (before, response) = run(&mut h, &session, &mut FakeEditor::default()).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    assert!(!h.project.join("big.txt").exists());
+    assert_eq!(std::fs::read_to_string(h.project.join("small.txt")).unwrap(), "fine", "the other call ran");
+    assert_eq!(final_status(&before, "call_big"), "failed");
+    assert!(updates_for(&before, "call_big").iter().all(|u| u.get("rawInput").is_none()), "no rawInput echo");
+
+    let body = &h.mock.requests()[1].body;
+    let told = tool_result(body, "call_big");
+    let sent = r#"{"path": "big.txt", "content": ""#.len() + 32 * piece.len() + 2;
+    assert!(told.contains(&format!("were {sent} bytes, over the limit of 65536 bytes")), "{told}");
+    assert_eq!(body["messages"][2]["tool_calls"][0]["function"]["arguments"], "{}");
+    let longest = h.agent.raw_stdout_lines().iter().map(String::len).max().unwrap();
+    assert!(longest < 16 * 1024, "no stdout line carries the arguments: {longest} bytes");
+    h.agent.close_stdin();
+    h.agent.wait_exit(Duration::from_secs(5)).await.expect("lathe exits");
+    let mut logged = 0;
+    let mut dirs = vec![h.home.path().join(".local/share/lathe")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            if entry.path().is_dir() {
+                dirs.push(entry.path());
+            } else {
+                logged += entry.metadata().unwrap().len();
+            }
+        }
+    }
+    assert!(logged < 64 * 1024, "the session data holds {logged} bytes");
+}
+
 /// Bad arguments and unknown tools are results the model can read, not a failed turn.
 #[tokio::test]
 async fn bad_calls_are_explained_to_the_model() {
