@@ -19,7 +19,6 @@
 //! that did not finish). Every tool call the user saw gets a final status
 //! before the turn returns.
 
-use std::collections::HashMap;
 use std::ops::Deref;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -30,8 +29,8 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{AgentSettings, ContextSettings};
 use crate::model::retry::{self, Decision, Exhausted, Retrier};
 use crate::model::{
-    FinishReason, Message, ModelClient, ModelError, ModelEvent, ModelOutput, ResponseStream, StreamDecoder,
-    ToolCallRequest, ToolDefinition, UserPart,
+    FinishReason, Message, ModelClient, ModelError, ModelEvent, ModelOutput, OversizedCall, ResponseStream,
+    StreamDecoder, ToolCallRequest, ToolDefinition, UserPart,
 };
 use crate::permission::{Answer, Approver, PermissionQuestion, Policy, Verdict};
 use crate::prompt::SystemPrompt;
@@ -305,6 +304,7 @@ impl Turn<'_> {
                 let names: Vec<&str> = tool_calls.iter().map(|call| call.name.as_str()).collect();
                 tracing::debug!(format = format.name(), calls = ?names, "recovered tool calls the model wrote as text");
             }
+            let oversized = output.oversized.clone();
             conversation.push(Message::Assistant {
                 text: output.text,
                 reasoning: output.reasoning,
@@ -334,19 +334,28 @@ impl Turn<'_> {
             if tool_calls.is_empty() {
                 return Ok(StopReason::EndTurn);
             }
-            if self.run_tools(conversation, &tool_calls).await == Flow::Cancelled {
+            if self.run_tools(conversation, &tool_calls, &oversized).await == Flow::Cancelled {
                 return Ok(StopReason::Cancelled);
             }
         }
     }
 
     /// Runs the calls one after another, appending each result. After a
-    /// cancel, the calls that did not run get a "cancelled" result.
-    async fn run_tools(&self, conversation: &mut Conversation, calls: &[ToolCallRequest]) -> Flow {
+    /// cancel, the calls that did not run get a "cancelled" result. A call
+    /// whose arguments were over the cap is not run (see [`Self::too_big`]).
+    async fn run_tools(
+        &self,
+        conversation: &mut Conversation,
+        calls: &[ToolCallRequest],
+        oversized: &[OversizedCall],
+    ) -> Flow {
         for (index, call) in calls.iter().enumerate() {
+            let too_big = oversized.iter().find(|o| o.index == index);
             let (result, flow) = if self.cancel.is_cancelled() {
                 self.finish_call(&call.id, ToolOutcome::cancelled());
                 (CANCELLED_RESULT.to_owned(), Flow::Cancelled)
+            } else if let Some(too_big) = too_big {
+                (self.too_big(call, too_big.bytes), Flow::Continue)
             } else {
                 self.run_tool(call).await
             };
@@ -413,6 +422,22 @@ impl Turn<'_> {
         let prepared = tools::prepare_in(&call.name, &call.arguments, self.workspace.cwd, in_place)?;
         let (kind, description) = (prepared.tool.kind(), prepared.description.clone());
         Ok((Runnable::Builtin(prepared), kind, description))
+    }
+
+    /// A call whose arguments passed `max_tool_call_bytes`: their bytes were
+    /// dropped as they streamed (never kept whole, echoed to the editor or
+    /// logged), so it fails, telling the model the limit and what to do.
+    fn too_big(&self, call: &ToolCallRequest, bytes: usize) -> String {
+        let limit = self.settings.max_tool_call_bytes;
+        let message = format!(
+            "Not run: the arguments of this {} call were {bytes} bytes, over the limit of {limit} bytes for one tool \
+             call, so lathe dropped them. Split the work into several calls under the limit: write a large file in \
+             parts (write_file with the first part, then edit_file calls that add the rest), or generate large or \
+             repetitive content with a short script run by the shell tool.",
+            call.name
+        );
+        self.finish_call(&call.id, ToolOutcome::failed(message.clone()));
+        message
     }
 
     /// One call: describe it, judge it, maybe ask, run it, report it.
@@ -592,10 +617,13 @@ impl Turn<'_> {
         // The tools this request actually offered: a call written as text may name only these.
         let offered = self.offered();
         let sent: &[ToolDefinition] = if self.client.chat_only().is_some() { &[] } else { &offered };
-        let mut decoder =
-            StreamDecoder::new(format!("call_{}_", &request_id[..12])).offering(sent.iter().map(ToolDefinition::name));
-        // Calls shown to the user while streaming, by the decoder's id -> the session-unique id.
-        let mut announced: HashMap<String, String> = HashMap::new();
+        let mut decoder = StreamDecoder::new(format!("call_{}_", &request_id[..12]))
+            .offering(sent.iter().map(ToolDefinition::name))
+            .max_argument_bytes(self.settings.max_tool_call_bytes);
+        // Calls shown to the user while streaming: the decoder's position of
+        // each, and the session-unique id it was shown with. By position, not
+        // by the server's id: a server may give two calls the same id.
+        let mut announced: Vec<(usize, String)> = Vec::new();
         let used_ids = &mut conversation.tool_call_ids;
         let events = self.events;
         let external = self.external;
@@ -604,7 +632,7 @@ impl Turn<'_> {
             ModelEvent::Reasoning(text) => {
                 events.emit(AgentEvent::AgentThought { message_id: thought_id.clone(), text })
             }
-            ModelEvent::ToolCallStarted { id, name, .. } => {
+            ModelEvent::ToolCallStarted { position, id, name } => {
                 let unique = unique_id(used_ids, &id);
                 let (title, kind) = match Tool::from_name(&name) {
                     Some(tool) => (pending_title(tool).to_owned(), tool.kind()),
@@ -613,7 +641,7 @@ impl Turn<'_> {
                         .unwrap_or_else(|| (name.clone(), ToolKind::Other)),
                 };
                 events.emit(AgentEvent::ToolCallStarted { id: unique.clone(), title, kind });
-                announced.insert(id, unique);
+                announced.push((position, unique));
             }
         };
         let ended = loop {
@@ -637,17 +665,34 @@ impl Turn<'_> {
         };
         match ended {
             Sample::Done(mut output) => {
+                // The decoder announces a call when its name arrives and keeps
+                // exactly the named calls, in position order: the n-th call
+                // is the n-th announced, by position.
+                announced.sort_by_key(|(position, _)| *position);
+                let mut shown = announced.into_iter().map(|(_, unique)| unique);
                 for call in &mut output.tool_calls {
-                    call.id = match announced.get(&call.id) {
-                        Some(unique) => unique.clone(),
-                        None => unique_id(&mut conversation.tool_call_ids, &call.id),
+                    call.id = match shown.next() {
+                        Some(unique) => unique,
+                        None => {
+                            let unique = unique_id(&mut conversation.tool_call_ids, &call.id);
+                            let started = AgentEvent::ToolCallStarted {
+                                id: unique.clone(),
+                                title: call.name.clone(),
+                                kind: ToolKind::Other,
+                            };
+                            self.events.emit(started);
+                            unique
+                        }
                     };
+                }
+                for unmatched in shown {
+                    self.finish_call(&unmatched, ToolOutcome::failed("Not run: the model's response lost this call."));
                 }
                 Sample::Done(output)
             }
             interrupted => {
                 // Calls the user saw start but that will never run.
-                for id in announced.values() {
+                for (_, id) in &announced {
                     let outcome = match interrupted {
                         Sample::Cancelled(_) => ToolOutcome::cancelled(),
                         _ => ToolOutcome::failed("Not run: the model's response broke off."),

@@ -47,6 +47,26 @@ pub struct Config {
     /// Where sessions are stored; `None` keeps them in memory only. Set by
     /// the binary from `--data-dir`, `LATHE_DATA_DIR` or `$XDG_DATA_HOME/lathe`.
     pub data_dir: Option<PathBuf>,
+    /// How lathe starts processes (`[child_env]`, and lathe's own executable).
+    pub children: ChildSettings,
+}
+
+/// How lathe starts processes: what they inherit and who supervises them
+/// (see `crate::child`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChildSettings {
+    /// lathe's own executable, which starts and watches every local child
+    /// (`lathe sandbox-exec`). Set by the binary, never by the file; `None`
+    /// starts children directly, unsupervised.
+    pub supervisor: Option<PathBuf>,
+    /// Variables holding secrets lathe knows of: each model's `api_key_env`,
+    /// `OPENAI_API_KEY`, each MCP server's `bearer_token_env` and the names of
+    /// every configured MCP server's `env` entries. Never passed to a child.
+    pub secret_vars: Vec<String>,
+    /// `[child_env] remove`: globs of further variables no child gets.
+    pub remove_env: Vec<String>,
+    /// `[child_env] keep`: globs of variables `remove` leaves alone.
+    pub keep_env: Vec<String>,
 }
 
 /// Where the configuration came from.
@@ -209,6 +229,9 @@ pub enum MaxTokensField {
 pub struct AgentSettings {
     /// Model requests one `session/prompt` may make before it stops with `max_turn_requests`.
     pub max_model_requests_per_turn: u32,
+    /// Bytes of arguments one tool call may carry; a call over it is not
+    /// kept, shown or run, and the model is told to split its work.
+    pub max_tool_call_bytes: usize,
 }
 
 /// Timeouts and retries for model endpoints.
@@ -239,7 +262,7 @@ pub struct ProtocolSettings {
 
 impl Default for AgentSettings {
     fn default() -> Self {
-        Self { max_model_requests_per_turn: 100 }
+        Self { max_model_requests_per_turn: 100, max_tool_call_bytes: 1024 * 1024 }
     }
 }
 
@@ -419,12 +442,23 @@ struct ConfigToml {
     mcp_servers: BTreeMap<String, McpServerToml>,
     #[serde(default)]
     tools: ToolsToml,
+    #[serde(default)]
+    child_env: ChildEnvToml,
 }
 
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct ToolsToml {
     fetch: Option<bool>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ChildEnvToml {
+    #[serde(default)]
+    remove: Vec<String>,
+    #[serde(default)]
+    keep: Vec<String>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -488,6 +522,7 @@ struct ModelToml {
 #[serde(deny_unknown_fields)]
 struct AgentToml {
     max_model_requests_per_turn: Option<u32>,
+    max_tool_call_bytes: Option<usize>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -507,6 +542,9 @@ struct NetworkToml {
 struct ProtocolToml {
     max_message_bytes: Option<usize>,
 }
+
+/// Smallest `agent.max_tool_call_bytes`: every built-in tool's ordinary calls fit.
+const MIN_TOOL_CALL_BYTES: usize = 4096;
 
 /// Context window assumed when neither the config nor the server says.
 pub const DEFAULT_CONTEXT_WINDOW: u64 = 128_000;
@@ -597,6 +635,7 @@ impl Config {
             tools: ToolSettings::default(),
             user_dir: user_dir(env),
             data_dir: None,
+            children: ChildSettings { secret_vars: vec![OPENAI_KEY_ENV.to_owned()], ..ChildSettings::default() },
         }
     }
 
@@ -701,6 +740,16 @@ impl Config {
                 Some(n) => n,
                 None => AgentSettings::default().max_model_requests_per_turn,
             },
+            max_tool_call_bytes: match raw.agent.max_tool_call_bytes {
+                Some(n) if n < MIN_TOOL_CALL_BYTES => {
+                    return Err(invalid(
+                        "agent.max_tool_call_bytes",
+                        format!("{n} is too small (minimum {MIN_TOOL_CALL_BYTES})"),
+                    ));
+                }
+                Some(n) => n,
+                None => AgentSettings::default().max_tool_call_bytes,
+            },
         };
         let defaults = NetworkSettings::default();
         let seconds = |value: Option<f64>, key: &str, default: Duration| -> Result<Duration, ConfigError> {
@@ -793,6 +842,8 @@ impl Config {
             )?,
             call_timeout: seconds(raw.mcp.call_timeout_secs, "mcp.call_timeout_secs", mcp_defaults.call_timeout)?,
         };
+        let children = child_settings(&raw.child_env, &models, &raw.mcp_servers)
+            .map_err(|(key, message)| invalid(&key, message))?;
         let mcp_servers = raw
             .mcp_servers
             .into_iter()
@@ -811,6 +862,7 @@ impl Config {
             tools: ToolSettings { fetch: raw.tools.fetch.unwrap_or(ToolSettings::default().fetch) },
             user_dir: user_dir(env),
             data_dir: None,
+            children,
         })
     }
 
@@ -818,6 +870,35 @@ impl Config {
     pub fn default_model(&self) -> Option<&ModelConfig> {
         self.models.get(&self.default_model)
     }
+}
+
+/// The variable `OPENAI_*` configuration reads its key from; a secret whatever the file says.
+const OPENAI_KEY_ENV: &str = "OPENAI_API_KEY";
+
+/// `[child_env]` checked, with the secrets the rest of the file names.
+fn child_settings(
+    raw: &ChildEnvToml,
+    models: &BTreeMap<String, ModelConfig>,
+    servers: &BTreeMap<String, McpServerToml>,
+) -> Result<ChildSettings, (String, String)> {
+    for (key, patterns) in [("child_env.remove", &raw.remove), ("child_env.keep", &raw.keep)] {
+        for pattern in patterns {
+            if pattern.is_empty() {
+                return Err((key.to_owned(), "a pattern must not be empty".to_owned()));
+            }
+            globset::Glob::new(pattern)
+                .map_err(|err| (key.to_owned(), format!("\"{pattern}\" is not a valid pattern: {}", err.kind())))?;
+        }
+    }
+    let mut secret_vars = vec![OPENAI_KEY_ENV.to_owned()];
+    secret_vars.extend(models.values().filter_map(|model| model.api_key_env.clone()));
+    for server in servers.values() {
+        secret_vars.extend(server.bearer_token_env.clone());
+        secret_vars.extend(server.env.iter().flat_map(|env| env.keys().cloned()));
+    }
+    secret_vars.sort();
+    secret_vars.dedup();
+    Ok(ChildSettings { supervisor: None, secret_vars, remove_env: raw.remove.clone(), keep_env: raw.keep.clone() })
 }
 
 /// One `[mcp_servers.<name>]` table, checked: a `command` (stdio) or a `url`
@@ -1236,6 +1317,64 @@ transport = "sse"
         assert!(!parse(&format!("{model}[tools]\nfetch = false\n")).unwrap().tools.fetch);
         for (bad, key) in [("fetch = \"yes\"", "tools.fetch"), ("fetsh = false", "fetsh")] {
             let err = parse(&format!("{model}[tools]\n{bad}\n")).unwrap_err().to_string();
+            assert!(err.contains(key), "{bad}: {err}");
+        }
+    }
+
+    /// The secrets the file names are collected for the environment rule,
+    /// and `[child_env]` patterns are checked.
+    #[test]
+    fn the_tool_call_cap_is_checked() {
+        let model = "[models.m]\nbase_url = \"http://x/v1\"\nmodel = \"a\"\n";
+        assert_eq!(parse(model).unwrap().agent.max_tool_call_bytes, 1024 * 1024);
+        let config = parse(&format!("{model}[agent]\nmax_tool_call_bytes = 65536\n")).unwrap();
+        assert_eq!(config.agent.max_tool_call_bytes, 65536);
+        let err = parse(&format!("{model}[agent]\nmax_tool_call_bytes = 100\n")).unwrap_err().to_string();
+        assert!(err.contains("agent.max_tool_call_bytes") && err.contains("4096"), "{err}");
+    }
+
+    #[test]
+    fn child_env_collects_the_known_secrets() {
+        let config = parse(
+            r#"
+default_model = "a"
+[models.a]
+base_url = "http://x/v1"
+model = "a"
+api_key_env = "A_KEY"
+[models.b]
+base_url = "http://x/v1"
+model = "b"
+api_key_env = "B_KEY"
+
+[mcp_servers.fs]
+command = "mcp-fs"
+env = { FS_TOKEN = "x", LEVEL = "debug" }
+
+[mcp_servers.docs]
+url = "https://docs.example/mcp"
+bearer_token_env = "DOCS_TOKEN"
+
+[child_env]
+remove = ["AWS_*", "*_TOKEN"]
+keep = ["GH_TOKEN"]
+"#,
+        )
+        .unwrap();
+        let children = &config.children;
+        assert_eq!(children.secret_vars, ["A_KEY", "B_KEY", "DOCS_TOKEN", "FS_TOKEN", "LEVEL", "OPENAI_API_KEY"]);
+        assert_eq!(children.remove_env, ["AWS_*", "*_TOKEN"]);
+        assert_eq!(children.keep_env, ["GH_TOKEN"]);
+        assert_eq!(children.supervisor, None, "set by the binary only");
+        assert_eq!(Config::from_env(&no_env).children.secret_vars, ["OPENAI_API_KEY"]);
+
+        let model = "[models.m]\nbase_url = \"http://x/v1\"\nmodel = \"a\"\n";
+        for (bad, key) in [
+            ("[child_env]\nremove = [\"[\"]\n", "child_env.remove"),
+            ("[child_env]\nkeep = [\"\"]\n", "child_env.keep"),
+            ("[child_env]\nunset = []\n", "unset"),
+        ] {
+            let err = parse(&format!("{model}{bad}")).unwrap_err().to_string();
             assert!(err.contains(key), "{bad}: {err}");
         }
     }

@@ -15,6 +15,8 @@
 //! mcp/        the session's MCP servers (editor's and configured): connected,
 //!             their tools offered and run through the tools' ExternalTools seam
 //! prompt      the system prompt from prompts/*.md
+//! child       how a process is started: scrubbed environment, supervision
+//!             (the `lathe sandbox-exec` trampoline), its own process group
 //! fs_guard    the path authority: every file touch judged on its final target,
 //!             done on the object judged; the reader for untrusted workspace files
 //! config      TOML / environment -> validated Config
@@ -32,6 +34,7 @@
 
 pub mod acp;
 pub mod agent;
+pub mod child;
 pub mod commands;
 pub mod config;
 pub mod fs_guard;

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use lathe::config::{Config, ConfigSource};
 
 /// A coding agent for your editor: speaks the Agent Client Protocol on
@@ -22,6 +22,9 @@ use lathe::config::{Config, ConfigSource};
 #[derive(Debug, Parser)]
 #[command(name = "lathe", version, about, long_about)]
 struct Cli {
+    /// What to do; without one, serve ACP on stdio.
+    #[command(subcommand)]
+    command: Option<Command>,
     /// The config file to use.
     #[arg(long, value_name = "PATH")]
     config: Option<PathBuf>,
@@ -38,8 +41,27 @@ struct Cli {
     data_dir: Option<PathBuf>,
 }
 
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// lathe's own trampoline: starts a command with a scrubbed environment
+    /// and kills its process group when lathe dies (see `lathe::child`).
+    #[command(name = "sandbox-exec", hide = true)]
+    SandboxExec(lathe::child::SandboxExecArgs),
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    if let Some(Command::SandboxExec(args)) = cli.command.take() {
+        // Nothing else of lathe runs here: no logging, no config, no runtime.
+        return match lathe::child::sandbox_exec(args) {
+            Ok(code) => code,
+            Err(err) => {
+                eprintln!("lathe sandbox-exec: {err}");
+                // What a shell answers when it cannot run a command.
+                ExitCode::from(127)
+            }
+        };
+    }
     match run(cli) {
         Ok(code) => code,
         Err(err) => {
@@ -60,6 +82,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
     };
     config.data_dir = lathe::store::default_data_dir(cli.data_dir.as_deref(), &env);
+    // Every child is started through this executable, which supervises it.
+    config.children.supervisor = match std::env::current_exe() {
+        Ok(path) => Some(path),
+        Err(err) => {
+            tracing::warn!(%err, "cannot find lathe's own executable; child processes will not be supervised");
+            None
+        }
+    };
     if std::io::stdin().is_terminal() {
         greet(&config);
     }

@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use futures_util::future::BoxFuture;
 
 use crate::fs_guard::Target;
+use crate::tools::shell::CommandRule;
 use crate::tools::{Access, DisplayContent, Location, Tool, ToolKind, paths, shell};
 
 /// How much the agent may do without asking.
@@ -113,10 +114,11 @@ enum Rule {
     /// A file tool family (reads: `ReadFile`, edits: `EditFile`), inside or
     /// outside the roots.
     Tool(Tool, Scope),
-    /// Shell commands starting with these words.
+    /// Shell commands an "always allow" covers (see [`CommandRule`]).
+    Command(CommandRule),
+    /// Shell commands starting with these words: what an "always reject"
+    /// of a command remembers (a broad rejection only ever asks less).
     CommandPrefix(String),
-    /// Exactly this shell command (when it has no usable prefix).
-    Command(String),
     /// One tool of one MCP server.
     External {
         /// The server.
@@ -126,6 +128,20 @@ enum Rule {
     },
     /// Fetches from one host (`docs.rs`, `localhost:8080`).
     FetchHost(String),
+}
+
+impl Rule {
+    /// Whether this rule covers a call with this access.
+    fn covers(&self, access: &Access, roots: &[PathBuf]) -> bool {
+        match (self, access) {
+            (Rule::Command(rule), Access::Execute { command, cwd }) => rule.covers(command, cwd, roots),
+            (Rule::CommandPrefix(prefix), Access::Execute { command, .. }) => shell::matches_prefix(command, prefix),
+            (Rule::Command(_) | Rule::CommandPrefix(_), _) => false,
+            (Rule::Tool(..) | Rule::External { .. } | Rule::FetchHost(_), _) => {
+                allow_rule(access, roots).as_ref() == Some(self)
+            }
+        }
+    }
 }
 
 /// The session's permission state: its mode and the "always" answers.
@@ -169,16 +185,13 @@ impl Policy {
 
     /// Judges a call by what it touches.
     pub fn judge(&self, access: &Access, roots: &[PathBuf]) -> Verdict {
-        let rule = rule_for(access, roots);
-        if let Some(rule) = &rule
-            && self.rejected.contains(rule)
-        {
+        if self.rejected.iter().any(|rule| rule.covers(access, roots)) {
             return Verdict::Deny(
                 "The user declined calls like this one for the rest of the session. Do not retry it; find another way or ask the user."
                     .to_owned(),
             );
         }
-        let remembered = rule.as_ref().is_some_and(|rule| self.allowed.contains(rule));
+        let remembered = self.allowed.iter().any(|rule| rule.covers(access, roots));
         match access {
             Access::Nothing => Verdict::Allow,
             Access::Read(paths) => {
@@ -207,10 +220,13 @@ impl Policy {
                 _ if remembered && paths::is_inside_roots(cwd, roots) => Verdict::Allow,
                 Mode::Ask | Mode::AcceptEdits => Verdict::Ask,
             },
-            // A read-only tool has no paths to check: it is a read inside the
-            // roots. Anything else is judged like a command.
-            Access::External { read_only: true, .. } => Verdict::Allow,
-            Access::External { read_only: false, .. } => match self.mode {
+            // An MCP tool is judged like a command: what it touches is
+            // unknown. The server's `readOnlyHint` never lowers the bar (the
+            // MCP spec: clients must not rely on hints from untrusted
+            // servers); it only lets read-only mode ask instead of refusing,
+            // and there every call asks, "always" or not, since a hint may lie.
+            Access::External { read_only, .. } => match self.mode {
+                Mode::ReadOnly if *read_only => Verdict::Ask,
                 Mode::ReadOnly => Verdict::Deny(READ_ONLY_EXTERNAL_REFUSAL.to_owned()),
                 Mode::FullAuto => Verdict::Allow,
                 _ if remembered => Verdict::Allow,
@@ -228,42 +244,49 @@ impl Policy {
     }
 
     /// The choices to offer for a call, in the order editors show them.
+    /// An "always" choice names what it will remember.
     pub fn options(&self, access: &Access, roots: &[PathBuf]) -> Vec<Choice> {
-        let rule = rule_for(access, roots);
-        let always = match &rule {
-            Some(Rule::CommandPrefix(prefix)) => Some(format!("Always allow `{prefix}` commands")),
-            Some(Rule::Tool(tool, Scope::Outside)) => Some(format!("Always allow {} outside the project", verb(*tool))),
-            Some(Rule::Tool(tool, Scope::Inside)) => Some(format!("Always allow {}", verb(*tool))),
-            Some(Rule::External { server, tool }) => Some(format!("Always allow `{tool}` from `{server}`")),
-            Some(Rule::FetchHost(host)) => Some(format!("Always allow fetching from `{host}`")),
-            Some(Rule::Command(_)) | None => None,
-        };
+        // Read-only mode asks about every MCP call (see `judge`): an "always" would mean nothing.
+        let remembers = !(self.mode == Mode::ReadOnly && matches!(access, Access::External { .. }));
+        let always = allow_rule(access, roots).filter(|_| remembers).and_then(|rule| match rule {
+            Rule::Command(rule) => Some(format!("Always allow {}", rule.describe())),
+            Rule::Tool(tool, Scope::Outside) => Some(format!("Always allow {} outside the project", verb(tool))),
+            Rule::Tool(tool, Scope::Inside) => Some(format!("Always allow {}", verb(tool))),
+            Rule::External { server, tool } => Some(format!("Always allow `{tool}` from `{server}`")),
+            Rule::FetchHost(host) => Some(format!("Always allow fetching from `{host}`")),
+            Rule::CommandPrefix(_) => None,
+        });
         let mut choices = vec![Choice { answer: Answer::AllowOnce, id: "allow_once", label: "Allow".to_owned() }];
         if let Some(label) = always {
             choices.push(Choice { answer: Answer::AllowAlways, id: "allow_always", label });
         }
         choices.push(Choice { answer: Answer::RejectOnce, id: "reject_once", label: "Reject".to_owned() });
-        if rule.is_some() {
-            choices.push(Choice {
-                answer: Answer::RejectAlways,
-                id: "reject_always",
-                label: "Always reject".to_owned(),
-            });
+        if let Some(rule) = reject_rule(access, roots) {
+            let label = match rule {
+                Rule::CommandPrefix(prefix) => format!("Always reject `{prefix} …`"),
+                Rule::Command(_) | Rule::Tool(..) | Rule::External { .. } | Rule::FetchHost(_) => {
+                    "Always reject".to_owned()
+                }
+            };
+            choices.push(Choice { answer: Answer::RejectAlways, id: "reject_always", label });
         }
         choices
     }
 
     /// Remembers an "always" answer.
     pub fn remember(&mut self, access: &Access, roots: &[PathBuf], answer: Answer) {
-        let Some(rule) = rule_for(access, roots) else { return };
         match answer {
             Answer::AllowAlways => {
-                self.rejected.remove(&rule);
-                self.allowed.insert(rule);
+                if let Some(rule) = allow_rule(access, roots) {
+                    self.rejected.retain(|rejected| !rejected.covers(access, roots));
+                    self.allowed.insert(rule);
+                }
             }
             Answer::RejectAlways => {
-                self.allowed.remove(&rule);
-                self.rejected.insert(rule);
+                if let Some(rule) = reject_rule(access, roots) {
+                    self.allowed.retain(|allowed| !allowed.covers(access, roots));
+                    self.rejected.insert(rule);
+                }
             }
             Answer::AllowOnce | Answer::RejectOnce | Answer::Cancelled => {}
         }
@@ -297,21 +320,34 @@ fn all_inside(targets: &[Target], roots: &[PathBuf]) -> bool {
     targets.iter().all(|target| target.is_inside(roots))
 }
 
-/// The rule an "always" answer to this call would create. Reads and writes
+/// The rule an "always allow" answer to this call creates. Reads and writes
 /// share a rule per tool family so that "always allow edits" covers both edit
-/// tools (the only ones that write); an MCP tool is its own rule.
-fn rule_for(access: &Access, roots: &[PathBuf]) -> Option<Rule> {
+/// tools (the only ones that write); an MCP tool is its own rule; a command
+/// gets the narrow [`CommandRule`], or none (inline code, `;`, `$(`, ...).
+fn allow_rule(access: &Access, roots: &[PathBuf]) -> Option<Rule> {
     let scope = |targets: &[Target]| if all_inside(targets, roots) { Scope::Inside } else { Scope::Outside };
     match access {
         Access::Nothing => None,
         Access::Read(paths) => Some(Rule::Tool(Tool::ReadFile, scope(paths))),
         Access::Write(paths) => Some(Rule::Tool(Tool::EditFile, scope(paths))),
-        Access::Execute { command, .. } => Some(match shell::command_prefix(command) {
-            Some(prefix) => Rule::CommandPrefix(prefix),
-            None => Rule::Command(command.trim().to_owned()),
-        }),
+        Access::Execute { command, cwd } => shell::command_rule(command, cwd).map(Rule::Command),
         Access::External { server, tool, .. } => Some(Rule::External { server: server.clone(), tool: tool.clone() }),
         Access::Fetch { host, .. } => Some(Rule::FetchHost(host.clone())),
+    }
+}
+
+/// The rule an "always reject" answer to this call creates: as for allowing,
+/// except that a command is rejected by its program and subcommand (or, when
+/// it has none that can be matched, exactly).
+fn reject_rule(access: &Access, roots: &[PathBuf]) -> Option<Rule> {
+    match access {
+        Access::Execute { command, cwd } => Some(match shell::command_prefix(command) {
+            Some(prefix) => Rule::CommandPrefix(prefix),
+            None => Rule::Command(CommandRule::Exact { command: command.trim().to_owned(), cwd: cwd.clone() }),
+        }),
+        Access::Nothing | Access::Read(_) | Access::Write(_) | Access::External { .. } | Access::Fetch { .. } => {
+            allow_rule(access, roots)
+        }
     }
 }
 
@@ -358,9 +394,8 @@ pub trait Approver: Send + Sync {
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
-
     use super::*;
+    use std::path::Path;
 
     fn roots() -> Vec<PathBuf> {
         vec![PathBuf::from("/nonexistent-root/project")]
@@ -374,12 +409,12 @@ mod tests {
         vec![Target::of(Path::new("/nonexistent-root/elsewhere/a.rs"))]
     }
 
-    fn run(command: &str) -> Access {
-        Access::Execute { command: command.to_owned(), cwd: PathBuf::from("/nonexistent-root/project") }
-    }
-
     fn web(url: &str, host: &str, local: bool) -> Access {
         Access::Fetch { url: url.to_owned(), host: host.to_owned(), local }
+    }
+
+    fn run(command: &str) -> Access {
+        Access::Execute { command: command.to_owned(), cwd: PathBuf::from("/nonexistent-root/project") }
     }
 
     fn mcp(tool: &str, read_only: bool) -> Access {
@@ -411,21 +446,23 @@ mod tests {
             (Mode::ReadOnly, Tool::Shell, run("ls"), Deny),
             (Mode::FullAuto, Tool::Shell, run("rm -rf target"), Allow),
             (Mode::ReadOnly, Tool::UpdatePlan, Access::Nothing, Allow),
-            // MCP tools: read-only ones never ask; the others are commands.
-            (Mode::Ask, Tool::Shell, mcp("search", true), Allow),
-            (Mode::ReadOnly, Tool::Shell, mcp("search", true), Allow),
-            (Mode::AcceptEdits, Tool::Shell, mcp("search", true), Allow),
+            // MCP tools ask like commands, whatever the server's hints say
+            // (issue 11, defect 10); in read-only mode, only the ones the
+            // server calls read-only may be asked about.
+            (Mode::Ask, Tool::Shell, mcp("search", true), Ask),
+            (Mode::ReadOnly, Tool::Shell, mcp("search", true), Ask),
+            (Mode::AcceptEdits, Tool::Shell, mcp("search", true), Ask),
             (Mode::FullAuto, Tool::Shell, mcp("search", true), Allow),
             (Mode::Ask, Tool::Shell, mcp("publish", false), Ask),
             (Mode::AcceptEdits, Tool::Shell, mcp("publish", false), Ask),
             (Mode::ReadOnly, Tool::Shell, mcp("publish", false), Deny),
-            (Mode::FullAuto, Tool::Shell, mcp("publish", false), Allow),
             // Fetches ask except in full-auto; a visibly local host asks there too.
             (Mode::ReadOnly, Tool::Fetch, web("https://docs.rs/", "docs.rs", false), Ask),
             (Mode::Ask, Tool::Fetch, web("https://docs.rs/", "docs.rs", false), Ask),
             (Mode::AcceptEdits, Tool::Fetch, web("https://docs.rs/", "docs.rs", false), Ask),
             (Mode::FullAuto, Tool::Fetch, web("https://docs.rs/", "docs.rs", false), Allow),
             (Mode::FullAuto, Tool::Fetch, web("http://localhost:3000/", "localhost:3000", true), Ask),
+            (Mode::FullAuto, Tool::Shell, mcp("publish", false), Allow),
         ];
         for (mode, tool, access, expected) in cases {
             let verdict = Policy::new(mode).judge(&access, &roots());
@@ -446,9 +483,16 @@ mod tests {
         assert_eq!(policy.judge(&Access::Write(outside()), &roots()), Verdict::Ask);
 
         policy.remember(&run("cargo test --all"), &roots(), Answer::AllowAlways);
-        assert_eq!(policy.judge(&run("cargo test -p lathe"), &roots()), Verdict::Allow);
+        assert_eq!(policy.judge(&run("cargo test --all"), &roots()), Verdict::Allow);
+        assert_eq!(policy.judge(&run("  cargo test --all "), &roots()), Verdict::Allow);
+        assert_eq!(policy.judge(&run("cargo test -p lathe"), &roots()), Verdict::Ask, "exact commands only");
         assert_eq!(policy.judge(&run("cargo build"), &roots()), Verdict::Ask);
-        assert_eq!(policy.judge(&run("cargo test && rm -rf ~"), &roots()), Verdict::Ask);
+        assert_eq!(policy.judge(&run("cargo test --all && rm -rf ~"), &roots()), Verdict::Ask);
+        let elsewhere = Access::Execute {
+            command: "cargo test --all".to_owned(),
+            cwd: PathBuf::from("/nonexistent-root/project/sub"),
+        };
+        assert_eq!(policy.judge(&elsewhere, &roots()), Verdict::Ask, "in another directory it is another command");
 
         policy.remember(&run("git push --force"), &roots(), Answer::RejectAlways);
         assert!(matches!(policy.judge(&run("git push origin main"), &roots()), Verdict::Deny(_)));
@@ -463,33 +507,19 @@ mod tests {
         let ids = |access: &Access| policy.options(access, &roots()).iter().map(|c| c.id).collect::<Vec<_>>();
         assert_eq!(ids(&run("cargo test")), vec!["allow_once", "allow_always", "reject_once", "reject_always"]);
         assert_eq!(ids(&run("a; b")), vec!["allow_once", "reject_once", "reject_always"]);
-        let labels = policy.options(&run("cargo test --all"), &roots());
-        assert_eq!(labels[1].label, "Always allow `cargo test` commands");
+        assert_eq!(ids(&run("python3 -c 'print(1)'")), vec!["allow_once", "reject_once", "reject_always"]);
+        // Each "always" option names the rule it remembers.
+        let labels =
+            |access: &Access| policy.options(access, &roots()).into_iter().map(|c| c.label).collect::<Vec<_>>();
+        assert_eq!(
+            labels(&run("cargo test --all")),
+            ["Allow", "Always allow `cargo test --all`", "Reject", "Always reject `cargo test …`"]
+        );
+        assert_eq!(labels(&run("cat README.md"))[1], "Always allow `cat …` inside the project");
+        assert_eq!(labels(&run("git log --oneline"))[1], "Always allow `git log …` inside the project");
+        assert_eq!(labels(&run("echo `date`; ls"))[1..], ["Reject", "Always reject"]);
         assert_eq!(ids(&mcp("publish", false)), vec!["allow_once", "allow_always", "reject_once", "reject_always"]);
         assert_eq!(policy.options(&mcp("publish", false), &roots())[1].label, "Always allow `publish` from `docs`");
-    }
-
-    /// "Always" for a fetch covers that host (and port) only, in every mode.
-    #[test]
-    fn always_answers_for_fetches_are_per_host() {
-        let mut policy = Policy::new(Mode::Ask);
-        let docs = web("https://docs.rs/serde", "docs.rs", false);
-        let local = web("http://localhost:8080/a", "localhost:8080", true);
-        assert_eq!(policy.options(&local, &roots())[1].label, "Always allow fetching from `localhost:8080`");
-        policy.remember(&docs, &roots(), Answer::AllowOnce);
-        assert_eq!(policy.judge(&docs, &roots()), Verdict::Ask, "once is once");
-        policy.remember(&local, &roots(), Answer::AllowAlways);
-        assert_eq!(policy.judge(&web("http://localhost:8080/b?c", "localhost:8080", true), &roots()), Verdict::Allow);
-        assert_eq!(policy.judge(&web("http://localhost:9090/", "localhost:9090", true), &roots()), Verdict::Ask);
-        assert_eq!(policy.judge(&web("http://127.0.0.1:8080/", "127.0.0.1:8080", true), &roots()), Verdict::Ask);
-        assert_eq!(policy.judge(&docs, &roots()), Verdict::Ask);
-        assert_eq!(policy.fetch_hosts(), HashSet::from(["localhost:8080".to_owned()]));
-        for mode in Mode::ALL {
-            policy.set_mode(mode);
-            assert_eq!(policy.judge(&local, &roots()), Verdict::Allow, "{mode:?}");
-        }
-        policy.remember(&docs, &roots(), Answer::RejectAlways);
-        assert!(matches!(policy.judge(&docs, &roots()), Verdict::Deny(_)));
     }
 
     /// "Always" for an MCP tool covers that tool of that server only.
@@ -503,9 +533,14 @@ mod tests {
         assert_eq!(policy.judge(&other_server, &roots()), Verdict::Ask);
         policy.remember(&mcp("delete", false), &roots(), Answer::RejectAlways);
         assert!(matches!(policy.judge(&mcp("delete", false), &roots()), Verdict::Deny(_)));
-        // Read-only mode refuses even a remembered tool that changes things.
+        // Read-only mode refuses even a remembered tool that changes things,
+        // and asks about every call of a tool the server calls read-only.
         policy.set_mode(Mode::ReadOnly);
         assert!(matches!(policy.judge(&mcp("publish", false), &roots()), Verdict::Deny(_)));
+        policy.remember(&mcp("lookup", true), &roots(), Answer::AllowAlways);
+        assert_eq!(policy.judge(&mcp("lookup", true), &roots()), Verdict::Ask);
+        let ids: Vec<&str> = policy.options(&mcp("lookup", true), &roots()).iter().map(|c| c.id).collect();
+        assert_eq!(ids, ["allow_once", "reject_once", "reject_always"]);
     }
 
     /// Paths are judged where they lead: `..`, absolute paths and symlinks
@@ -543,6 +578,103 @@ mod tests {
         assert_eq!(accept.judge(&Access::Write(vec![in_place]), &roots), Verdict::Ask, "the editor writes in place");
         let inside = Target::resolve(root.path(), "src/../lib.rs");
         assert_eq!(accept.judge(&Access::Write(vec![inside]), &roots), Verdict::Allow);
+    }
+
+    /// "Always" for a fetch covers that host (and port) only, in every mode.
+    #[test]
+    fn always_answers_for_fetches_are_per_host() {
+        let mut policy = Policy::new(Mode::Ask);
+        let docs = web("https://docs.rs/serde", "docs.rs", false);
+        let local = web("http://localhost:8080/a", "localhost:8080", true);
+        assert_eq!(policy.options(&local, &roots())[1].label, "Always allow fetching from `localhost:8080`");
+        policy.remember(&docs, &roots(), Answer::AllowOnce);
+        assert_eq!(policy.judge(&docs, &roots()), Verdict::Ask, "once is once");
+        policy.remember(&local, &roots(), Answer::AllowAlways);
+        assert_eq!(policy.judge(&web("http://localhost:8080/b?c", "localhost:8080", true), &roots()), Verdict::Allow);
+        assert_eq!(policy.judge(&web("http://localhost:9090/", "localhost:9090", true), &roots()), Verdict::Ask);
+        assert_eq!(policy.judge(&web("http://127.0.0.1:8080/", "127.0.0.1:8080", true), &roots()), Verdict::Ask);
+        assert_eq!(policy.judge(&docs, &roots()), Verdict::Ask);
+        assert_eq!(policy.fetch_hosts(), HashSet::from(["localhost:8080".to_owned()]));
+        for mode in Mode::ALL {
+            policy.set_mode(mode);
+            assert_eq!(policy.judge(&local, &roots()), Verdict::Allow, "{mode:?}");
+        }
+        policy.remember(&docs, &roots(), Answer::RejectAlways);
+        assert!(matches!(policy.judge(&docs, &roots()), Verdict::Deny(_)));
+    }
+
+    /// Issue 11, defect 8: after "always allow" for the first command of
+    /// each pair, the second still asks (and the first is allowed again).
+    #[test]
+    fn always_allow_never_stretches_to_other_arguments() {
+        let root = tempfile::tempdir().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        let roots = vec![root.path().to_path_buf()];
+        std::os::unix::fs::symlink(elsewhere.path(), root.path().join("link_out")).unwrap();
+        let outside = elsewhere.path().display().to_string();
+        let run = |command: &str| Access::Execute { command: command.to_owned(), cwd: root.path().to_path_buf() };
+        let table: Vec<(&str, String)> = vec![
+            // The issue's four.
+            ("find . -name '*.rs'", format!("find {outside} -delete")),
+            ("cat README.md", format!("cat {outside}/secret")),
+            ("sed -n 1p x", "sed -i s/a/b/ x".to_owned()),
+            ("python3 script.py", "python3 -c 'import os; os.remove(\"x\")'".to_owned()),
+            // Read-only programs: paths, links and expansions that leave the roots.
+            ("cat README.md", "cat ../other/secret".to_owned()),
+            ("cat README.md", "cat link_out/secret".to_owned()),
+            ("cat README.md", "cat ~/.ssh/id_rsa".to_owned()),
+            ("cat README.md", "cat $HOME/.netrc".to_owned()),
+            ("cat README.md", "cat \"$HOME/.netrc\"".to_owned()),
+            ("cat README.md", "cat */../../x".to_owned()),
+            ("cat README.md", "cat {README.md,/etc/passwd}".to_owned()),
+            ("cat README.md", format!("cat -- {outside}/x")),
+            ("grep -r todo src", format!("grep -r --file={outside}/patterns src")),
+            ("grep -r todo src", format!("grep -f{outside}/patterns src")),
+            ("grep -r todo src", "grep -r todo src > out.txt".to_owned()),
+            ("ls", "ls; rm -rf src".to_owned()),
+            ("head -n 5 a.txt", "/tmp/head -n 5 a.txt".to_owned()),
+            // Another subcommand, or an option that writes or runs something.
+            ("git log --oneline", "git push --force".to_owned()),
+            ("git log --oneline", "git log --output=notes.txt".to_owned()),
+            ("git log --oneline", "git log --out=notes.txt".to_owned()),
+            ("git diff", "git -c core.pager=sh diff".to_owned()),
+            ("git grep todo", "git grep -O todo".to_owned()),
+            ("tree", "tree -aR".to_owned()),
+            ("rg todo", "rg --pre ./evil todo".to_owned()),
+            ("cargo test", "cargo test --config build.rustc-wrapper='/bin/evil'".to_owned()),
+            ("npm run build", "npm run deploy".to_owned()),
+            // Interpreters' inline code, however it is reached.
+            ("node app.js", "node -e 'process.exit(1)'".to_owned()),
+            ("sh build.sh", "sh -c 'rm -rf /'".to_owned()),
+            ("perl tool.pl", "perl -e 'unlink q(x)'".to_owned()),
+            ("ruby tool.rb", "ruby -e 'File.delete(\"x\")'".to_owned()),
+            ("python3 script.py", "env python3 -c 'print(1)'".to_owned()),
+            ("bash build.sh", "bash -ec 'rm x'".to_owned()),
+        ];
+        for (first, second) in &table {
+            let mut policy = Policy::new(Mode::Ask);
+            assert_eq!(policy.judge(&run(first), &roots), Verdict::Ask, "{first} asks at first");
+            assert!(policy.options(&run(first), &roots).iter().any(|c| c.answer == Answer::AllowAlways), "{first}");
+            policy.remember(&run(first), &roots, Answer::AllowAlways);
+            assert_eq!(policy.judge(&run(first), &roots), Verdict::Allow, "{first} is allowed again");
+            assert_eq!(policy.judge(&run(second), &roots), Verdict::Ask, "{second} after {first}");
+        }
+
+        // What a read-only rule does cover: the same program on other files inside.
+        let mut policy = Policy::new(Mode::Ask);
+        policy.remember(&run("cat README.md"), &roots, Answer::AllowAlways);
+        policy.remember(&run("git log --oneline"), &roots, Answer::AllowAlways);
+        policy.remember(&run("grep -r todo src"), &roots, Answer::AllowAlways);
+        for covered in [
+            "cat src/lib.rs Cargo.toml",
+            "cat -n 'a file.txt'",
+            "git log -p -- src/main.rs",
+            "git log --format='%h %s' -5",
+            "grep -rn 'fn [a-z]*' src",
+            "grep -e TODO -- -weird-name",
+        ] {
+            assert_eq!(policy.judge(&run(covered), &roots), Verdict::Allow, "{covered}");
+        }
     }
 
     #[test]

@@ -70,8 +70,65 @@ impl std::fmt::Display for RpcError {
 
 impl std::error::Error for RpcError {}
 
-/// A request id exactly as the peer sent it (number or string), echoed back verbatim.
-pub type RequestId = Value;
+/// A request id as the peer sent it (a number or a string, or `null` for a
+/// message whose id is unknown), echoed back exactly: JSON-RPC wants the
+/// response's id equal to the request's. A number that does not fit an `i64`
+/// or `u64` (`1000000000000000000000000000001`, `1.5`) keeps its original
+/// text for the echo, since parsing it into a `Value` would round it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestId {
+    value: Value,
+    exact: Option<String>,
+}
+
+impl RequestId {
+    /// The `null` id, for answering a message whose id could not be read.
+    pub fn null() -> RequestId {
+        RequestId { value: Value::Null, exact: None }
+    }
+
+    /// The id as parsed: a large or fractional number is rounded here (never on the wire).
+    pub fn value(&self) -> &Value {
+        &self.value
+    }
+
+    /// The id `value`; `line` is the message it came from, whose text is
+    /// kept when the number would not survive a round trip.
+    fn parsed(value: Value, line: &[u8]) -> RequestId {
+        let exact = match &value {
+            Value::Number(number) if number.is_f64() => raw_id(line),
+            _ => None,
+        };
+        RequestId { value, exact }
+    }
+}
+
+/// The text of a message's top-level `id`, as sent.
+fn raw_id(line: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Id<'a> {
+        #[serde(borrow)]
+        id: Option<&'a RawValue>,
+    }
+    let id: Id<'_> = serde_json::from_slice(line).ok()?;
+    id.id.map(|raw| raw.get().to_owned())
+}
+
+impl Serialize for RequestId {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self.exact.as_deref().and_then(|text| RawValue::from_string(text.to_owned()).ok()) {
+            Some(raw) => raw.serialize(serializer),
+            None => self.value.serialize(serializer),
+        }
+    }
+}
+
+impl std::fmt::Display for RequestId {
+    /// The parsed id's JSON text (the key `$/cancel_request` finds it by).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.value)
+    }
+}
 
 /// One classified incoming message.
 #[derive(Debug)]
@@ -485,7 +542,7 @@ fn classify_inner(line: &[u8], outbox: &Outbox) -> Result<Option<Incoming>, Box<
         } else {
             format!("Parse error: {err}")
         };
-        Box::new(Classified::Malformed(Value::Null, RpcError::new(PARSE_ERROR, message)))
+        Box::new(Classified::Malformed(RequestId::null(), RpcError::new(PARSE_ERROR, message)))
     })?;
     let Value::Object(mut object) = value else {
         let message = if value.is_array() {
@@ -493,11 +550,14 @@ fn classify_inner(line: &[u8], outbox: &Outbox) -> Result<Option<Incoming>, Box<
         } else {
             "Invalid request: a JSON-RPC message must be a JSON object"
         };
-        return Err(Box::new(Classified::Malformed(Value::Null, RpcError::new(INVALID_REQUEST, message))));
+        return Err(Box::new(Classified::Malformed(RequestId::null(), RpcError::new(INVALID_REQUEST, message))));
     };
     let id = object.remove("id");
     let invalid = |id: Option<&Value>, message: &str| {
-        let id = id.filter(|id| id.is_string() || id.is_number()).cloned().unwrap_or(Value::Null);
+        let id = match id.filter(|id| id.is_string() || id.is_number()) {
+            Some(id) => RequestId::parsed(id.clone(), line),
+            None => RequestId::null(),
+        };
         Box::new(Classified::Malformed(id, RpcError::new(INVALID_REQUEST, format!("Invalid request: {message}"))))
     };
     if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
@@ -511,7 +571,9 @@ fn classify_inner(line: &[u8], outbox: &Outbox) -> Result<Option<Incoming>, Box<
             }
             match id {
                 None => Ok(Some(Incoming::Notification { method, params })),
-                Some(id @ (Value::Number(_) | Value::String(_))) => Ok(Some(Incoming::Request { id, method, params })),
+                Some(id @ (Value::Number(_) | Value::String(_))) => {
+                    Ok(Some(Incoming::Request { id: RequestId::parsed(id, line), method, params }))
+                }
                 Some(Value::Null) => Err(invalid(None, "a request id must not be null")),
                 Some(other) => Err(invalid(Some(&other), "a request id must be a string or a number")),
             }
@@ -608,7 +670,7 @@ mod tests {
 
     fn answer(result: Classified) -> (Value, i32) {
         match result {
-            Classified::Malformed(id, err) => (id, err.code),
+            Classified::Malformed(id, err) => (id.value().clone(), err.code),
             other => panic!("expected an error answer, got {other:?}"),
         }
     }
@@ -665,6 +727,35 @@ mod tests {
         assert_eq!(answer(classify_str(r#"{"jsonrpc":"2.0","id":true}"#)), (Value::Null, INVALID_REQUEST));
         assert_eq!(answer(classify_str(r#"{"jsonrpc":"2.0","id":5}"#)), (Value::from(5), INVALID_REQUEST));
         assert_eq!(answer(classify_str(r#"{"jsonrpc":"2.0","id":"x"}"#)), (Value::from("x"), INVALID_REQUEST));
+    }
+
+    /// Issue 11, defect 17: the response's id is the request's, byte for
+    /// byte, however large or fractional the number.
+    #[tokio::test]
+    async fn ids_are_echoed_exactly() {
+        let (outbox, writer) = Outbox::new();
+        let ids = ["1000000000000000000000000000001", "18446744073709551616", "1.5", "-7", "7", "\"seven\""];
+        for id in ids {
+            let line = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"initialize","params":{{}}}}"#);
+            match classify(line.as_bytes(), &outbox) {
+                Classified::Incoming(Incoming::Request { id, .. }) => outbox.respond_ok(&id, &serde_json::json!({})),
+                other => panic!("{other:?}"),
+            }
+            // A malformed message's id comes back just as exactly.
+            let line = format!(r#"{{"jsonrpc":"1.0","id":{id},"method":"x"}}"#);
+            let Classified::Malformed(id, error) = classify(line.as_bytes(), &outbox) else { panic!("{line}") };
+            outbox.respond_err(&id, &error);
+        }
+        drop(outbox);
+        let mut written = Vec::new();
+        writer.run(&mut written).await.unwrap();
+        let written = String::from_utf8(written).unwrap();
+        let lines: Vec<&str> = written.lines().collect();
+        for (pair, id) in lines.chunks(2).zip(ids) {
+            assert!(pair[0].starts_with(&format!(r#"{{"jsonrpc":"2.0","id":{id},"result""#)), "{}", pair[0]);
+            assert!(pair[1].starts_with(&format!(r#"{{"jsonrpc":"2.0","id":{id},"error""#)), "{}", pair[1]);
+        }
+        assert_eq!(lines.len(), 2 * ids.len());
     }
 
     #[test]

@@ -49,7 +49,7 @@ fn check_incoming(incoming: &Incoming, outbox: &Outbox) {
     };
     let mut message = json!({ "jsonrpc": "2.0", "method": method, "params": params });
     if let Some(id) = id {
-        message["id"] = id.clone();
+        message["id"] = id.value().clone();
     }
     let text = serde_json::to_vec(&message).unwrap_or_else(|err| panic!("cannot re-serialise {incoming:?}: {err}"));
     assert!(!text.contains(&b'\n'), "a re-serialised message spans lines");
@@ -61,7 +61,7 @@ fn check_incoming(incoming: &Incoming, outbox: &Outbox) {
             Classified::Incoming(Incoming::Request { id: id2, method: m2, params: p2 }),
             Incoming::Request { id, method, params },
         ) => {
-            assert_eq!((id2, m2, p2), (id.clone(), method.clone(), params.clone()));
+            assert_eq!((id2.value(), &m2, &p2), (id.value(), method, params));
         }
         (
             Classified::Incoming(Incoming::Notification { method: m2, params: p2 }),
@@ -95,7 +95,8 @@ fuzz_target!(|data: &[u8]| {
                     match classify(bytes, &outbox) {
                         Classified::Incoming(incoming) => check_incoming(&incoming, &outbox),
                         Classified::Malformed(id, error) => {
-                            assert!(id.is_null() || id.is_string() || id.is_number(), "answering to id {id}");
+                            let value = id.value();
+                            assert!(value.is_null() || value.is_string() || value.is_number(), "answering to id {id}");
                             outbox.respond_err(&id, &error);
                         }
                         Classified::Consumed | Classified::Ignored(_) => {}

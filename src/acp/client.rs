@@ -15,13 +15,15 @@ use agent_client_protocol_schema::v1::{
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 
-use super::updates;
+use super::updates::{self, Lines};
 use crate::agent::ToolCallChange;
 use crate::fs_guard::{GuardError, Target};
 use crate::permission::{Answer, ApprovalError, Approver, PermissionQuestion};
 use crate::rpc::{CallError, Outbox};
 use crate::tools::local::{Action, LocalHost, guard_error};
-use crate::tools::{Host, HostError, TerminalCommand, TerminalExit, TerminalOutput, Terminals};
+use crate::tools::{
+    DisplayContent, Host, HostError, Launcher, TerminalCommand, TerminalExit, TerminalOutput, Terminals,
+};
 
 /// ACP's "resource not found" code.
 const RESOURCE_NOT_FOUND: i32 = -32002;
@@ -35,11 +37,13 @@ pub struct ClientHost {
     write_via_client: bool,
     terminal: bool,
     local: LocalHost,
+    launcher: Launcher,
 }
 
 impl ClientHost {
-    /// The host for a session, given what the editor advertised.
-    pub fn new(outbox: Outbox, session_id: SessionId, capabilities: &ClientCapabilities) -> Self {
+    /// The host for a session, given what the editor advertised; local
+    /// processes are started by `launcher`.
+    pub fn new(outbox: Outbox, session_id: SessionId, capabilities: &ClientCapabilities, launcher: Launcher) -> Self {
         Self {
             outbox,
             session_id,
@@ -47,6 +51,7 @@ impl ClientHost {
             write_via_client: capabilities.fs.write_text_file,
             terminal: capabilities.terminal,
             local: LocalHost,
+            launcher,
         }
     }
 
@@ -131,6 +136,10 @@ impl Host for ClientHost {
 
     fn terminals(&self) -> Option<&dyn Terminals> {
         if self.terminal { Some(self) } else { None }
+    }
+
+    fn launcher(&self) -> &Launcher {
+        &self.launcher
     }
 }
 
@@ -242,13 +251,22 @@ impl Approver for ClientApprover {
                         Answer::RejectOnce | Answer::Cancelled => PermissionOptionKind::RejectOnce,
                         Answer::RejectAlways => PermissionOptionKind::RejectAlways,
                     };
-                    PermissionOption::new(choice.id, choice.label.clone(), kind)
+                    PermissionOption::new(choice.id, updates::shown(&choice.label, Lines::One).into_owned(), kind)
+                })
+                .collect();
+            // What the user is shown to decide on: every line, nothing hidden.
+            let preview = question
+                .preview
+                .iter()
+                .map(|content| match content {
+                    DisplayContent::Text(text) => DisplayContent::Text(updates::shown(text, Lines::Many).into_owned()),
+                    other => other.clone(),
                 })
                 .collect();
             let change = ToolCallChange {
                 title: Some(question.title.clone()),
                 kind: Some(question.kind),
-                content: Some(question.preview.clone()),
+                content: Some(preview),
                 locations: Some(question.locations.clone()),
                 raw_input: question.raw_input.clone(),
                 ..ToolCallChange::default()

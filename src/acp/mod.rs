@@ -167,7 +167,7 @@ where
             Ok(Some(Line::TooLong(size))) => {
                 tracing::warn!(size, "refusing an oversized message");
                 outbox.respond_err(
-                    &Value::Null,
+                    &RequestId::null(),
                     &RpcError::new(
                         INVALID_REQUEST,
                         format!(

@@ -289,7 +289,7 @@ impl Server {
             let hub = crate::mcp::McpHub::start(
                 servers,
                 self.config.mcp,
-                session.setup().cwd.clone(),
+                (session.setup().cwd.clone(), crate::child::Launcher::new(&self.config.children)),
                 crate::tools::definitions_with(self.config.tools.fetch),
                 session.lifetime(),
             );

@@ -142,7 +142,8 @@ impl Server {
         let client = self.model_client(&choices.model_key, choices.thought_level.as_deref())?;
         let session_id = SessionId::new(Arc::clone(session.id()));
         let capabilities = self.client_capabilities.get().cloned().unwrap_or_default();
-        let host = ClientHost::new(self.outbox.clone(), session_id.clone(), &capabilities);
+        let launcher = crate::child::Launcher::new(&self.config.children);
+        let host = ClientHost::new(self.outbox.clone(), session_id.clone(), &capabilities, launcher);
         let approver = ClientApprover { outbox: self.outbox.clone(), session_id };
         let roots = session.roots();
         let network = &self.config.network;

@@ -32,6 +32,7 @@ use tokio::sync::oneshot;
 
 use super::sse;
 use super::stdio::ChildProcess;
+use crate::child::Launcher;
 use crate::config::{McpServer, McpTransport};
 
 /// How long a failed local server gets to report how it ended.
@@ -189,18 +190,18 @@ impl Connection {
 }
 
 /// Starts and connects to `server`, and lists its tools, within `timeout`.
-/// `cwd` is where a local server runs; `http` is the client for remote ones
+/// `cwd` is where a local server runs, `launcher` starts it; `http` is the client for remote ones
 /// (or why there is none). The error says, for the user, what went wrong.
 pub(super) async fn connect(
     server: &McpServer,
-    cwd: &Path,
+    (cwd, launcher): (&Path, &Launcher),
     http: Result<&reqwest::Client, String>,
     timeout: Duration,
     signals: Arc<Signals>,
 ) -> Result<(Connection, Vec<Tool>), String> {
     match &server.transport {
         McpTransport::Stdio { command, args, env } => {
-            let (process, stdout, stdin) = ChildProcess::spawn(&server.name, command, args, env, cwd)
+            let (process, stdout, stdin) = ChildProcess::spawn(&server.name, (command, args, env), cwd, launcher)
                 .map_err(|err| format!("cannot start `{command}`: {err}"))?;
             let transport = Watched::new(AsyncRwTransport::new_client(stdout, stdin), &signals, true);
             let started = tokio::time::timeout(timeout, handshake(transport)).await;

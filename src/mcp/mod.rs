@@ -6,7 +6,8 @@
 //!
 //! - **Start-up.** Every server is connected concurrently in the
 //!   background as the session is set up (stdio: a child process in its own
-//!   process group; Streamable HTTP; the older HTTP+SSE), each within
+//!   process group, supervised and with the secrets removed from its
+//!   environment, see `crate::child`; Streamable HTTP; the older HTTP+SSE), each within
 //!   `[mcp] startup_timeout_secs`, so `session/new` never waits for them.
 //!   The first prompt waits for those still starting (bounded by the same
 //!   timeout) so its first request offers their tools. A server that fails
@@ -50,6 +51,7 @@ use serde_json::{Map, Value};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use crate::child::Launcher;
 use crate::config::{McpServer, McpSettings, McpTransport};
 use crate::model::ToolDefinition;
 use crate::tools::{Access, Description, ExternalCall, ExternalTools, ToolContext, ToolKind, ToolOutcome};
@@ -77,6 +79,8 @@ pub struct McpHub {
     me: Weak<McpHub>,
     settings: McpSettings,
     cwd: PathBuf,
+    /// Starts local servers.
+    launcher: Launcher,
     builtins: Vec<ToolDefinition>,
     /// For remote servers; `Err` says why there is none.
     http: Result<reqwest::Client, String>,
@@ -155,12 +159,13 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl McpHub {
     /// Starts connecting to `servers` in the background and returns at once.
-    /// Local servers run in `cwd`. `builtins` are offered first. Everything
-    /// stops when `token` is cancelled. Must be called inside the runtime.
+    /// Local servers run in `cwd`, started by `launcher`. `builtins` are
+    /// offered first. Everything stops when `token` is cancelled. Must be
+    /// called inside the runtime.
     pub fn start(
         servers: Vec<McpServer>,
         settings: McpSettings,
-        cwd: PathBuf,
+        (cwd, launcher): (PathBuf, Launcher),
         builtins: &[ToolDefinition],
         token: CancellationToken,
     ) -> Arc<McpHub> {
@@ -178,6 +183,7 @@ impl McpHub {
             me: me.clone(),
             settings,
             cwd,
+            launcher,
             builtins: builtins.to_vec(),
             http,
             servers: servers
@@ -267,7 +273,7 @@ impl McpHub {
             },
         );
         let http = self.http.as_ref().map_err(String::clone);
-        connection::connect(&slot.spec, &self.cwd, http, self.settings.startup_timeout, signals).await
+        connection::connect(&slot.spec, (&self.cwd, &self.launcher), http, self.settings.startup_timeout, signals).await
     }
 
     /// Makes a fresh connection server `index`'s, with its tools.

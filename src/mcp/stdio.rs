@@ -1,6 +1,11 @@
 //! Local MCP servers: the process lathe starts for a stdio server, in its own
 //! process group, and what is left of it when it stops.
 //!
+//! It is started like every child of lathe (see `crate::child`): through the
+//! supervising trampoline, so it dies with lathe even when lathe is killed,
+//! and with the secrets lathe knows of removed from its environment; the
+//! server's own `env` entries are then added, for it alone.
+//!
 //! The child's stdin and stdout are the MCP pipes. Its stderr never reaches
 //! lathe's stdout (which carries ACP): each line goes to lathe's log at debug
 //! level, and the last few are kept to explain a failure ("exited with status
@@ -19,6 +24,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{ChildStdin, ChildStdout, Command};
 use tokio::task::JoinHandle;
 
+use crate::child::Launcher;
 use crate::tools::shell::ProcessGroup;
 
 /// Lines of stderr kept to explain a failure.
@@ -50,29 +56,26 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl ChildProcess {
     /// Starts `command` with `args` in `cwd`, with `env` added to lathe's
-    /// environment, in a new process group. Returns the process and its
+    /// scrubbed environment, in a new process group, through `launcher`. Returns the process and its
     /// stdout and stdin (the MCP pipes). `server` names it in the log.
     pub(super) fn spawn(
         server: &str,
-        command: &str,
-        args: &[String],
-        env: &[(String, String)],
+        (command, args, env): (&str, &[String], &[(String, String)]),
         cwd: &Path,
+        launcher: &Launcher,
     ) -> std::io::Result<(ChildProcess, ChildStdout, ChildStdin)> {
-        let mut cmd = Command::new(command);
-        cmd.args(args)
-            .envs(env.iter().map(|(name, value)| (name, value)))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // Its own group, so that one signal reaches everything it starts.
-            .process_group(0)
-            .kill_on_drop(true);
         // A cwd that does not exist would fail the spawn; the server can do without it.
-        if cwd.is_dir() {
-            cmd.current_dir(cwd);
-        }
-        let mut child = cmd.spawn()?;
+        let cwd = cwd.is_dir().then_some(cwd);
+        // Its own variables go on top of the scrubbed environment, to it alone.
+        let mut child = launcher.spawn(command, args, |cmd: &mut Command| {
+            cmd.envs(env.iter().map(|(name, value)| (name, value)))
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            if let Some(cwd) = cwd {
+                cmd.current_dir(cwd);
+            }
+        })?;
         let group = Arc::new(Mutex::new(ProcessGroup::new(child.id())));
         let (Some(stdout), Some(stdin), stderr) = (child.stdout.take(), child.stdin.take(), child.stderr.take()) else {
             return Err(std::io::Error::other("the child's pipes were not set up"));

@@ -94,6 +94,18 @@ pub struct ModelOutput {
     pub usage: Option<Usage>,
     /// Whether the model refused (an explicit `refusal`).
     pub refused: bool,
+    /// Calls whose arguments passed the cap (see
+    /// [`StreamDecoder::max_argument_bytes`]): their `arguments` are `{}`.
+    pub oversized: Vec<OversizedCall>,
+}
+
+/// A tool call whose arguments were dropped for being over the cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OversizedCall {
+    /// Its index in [`ModelOutput::tool_calls`].
+    pub index: usize,
+    /// How many bytes of arguments the model sent for it.
+    pub bytes: usize,
 }
 
 /// The server reported an error inside the stream.
@@ -107,7 +119,28 @@ struct PartialCall {
     id: String,
     name: String,
     arguments: String,
+    /// Bytes of arguments received, kept or not.
+    argument_bytes: usize,
+    /// Whether the arguments passed the cap (and were dropped).
+    oversized: bool,
     announced: bool,
+}
+
+impl PartialCall {
+    /// Adds a piece of arguments, unless the whole would pass `cap`: then
+    /// nothing more is kept and what was is freed.
+    fn push_arguments(&mut self, piece: &str, cap: usize) {
+        self.argument_bytes = self.argument_bytes.saturating_add(piece.len());
+        if self.oversized {
+            return;
+        }
+        if self.argument_bytes > cap {
+            self.oversized = true;
+            self.arguments = String::new();
+        } else {
+            self.arguments.push_str(piece);
+        }
+    }
 }
 
 /// Accumulates one response.
@@ -128,6 +161,7 @@ pub struct StreamDecoder {
     /// The tools the request offered (calls written as text may name only these).
     offered: Vec<String>,
     text_tool_calls: Option<TextCallFormat>,
+    max_argument_bytes: Option<usize>,
 }
 
 impl StreamDecoder {
@@ -147,6 +181,7 @@ impl StreamDecoder {
             gate: TextCallGate::open(),
             offered: Vec::new(),
             text_tool_calls: None,
+            max_argument_bytes: None,
         }
     }
 
@@ -158,6 +193,14 @@ impl StreamDecoder {
         if !self.offered.is_empty() {
             self.gate = TextCallGate::default();
         }
+        self
+    }
+
+    /// Keeps at most `max` bytes of one call's arguments: past that, the
+    /// rest is counted but not kept, and the call is reported in
+    /// [`ModelOutput::oversized`]. Unlimited by default.
+    pub fn max_argument_bytes(mut self, max: usize) -> Self {
+        self.max_argument_bytes = Some(max);
         self
     }
 
@@ -271,10 +314,17 @@ impl StreamDecoder {
             {
                 call.name.push_str(&name);
             }
+            let cap = self.max_argument_bytes.unwrap_or(usize::MAX);
             match function.arguments {
-                Some(serde_json::Value::String(piece)) => call.arguments.push_str(&piece),
+                Some(serde_json::Value::String(piece)) => call.push_arguments(&piece, cap),
                 Some(serde_json::Value::Null) | None => {}
-                Some(whole) => call.arguments = whole.to_string(),
+                Some(whole) => {
+                    // A whole object replaces whatever came before.
+                    call.arguments = String::new();
+                    call.argument_bytes = 0;
+                    call.oversized = false;
+                    call.push_arguments(&whole.to_string(), cap);
+                }
             }
         }
         if !call.announced && !call.name.is_empty() {
@@ -326,13 +376,17 @@ impl StreamDecoder {
             let position = self.calls.len();
             let id = call.id.filter(|id| !id.is_empty()).unwrap_or_else(|| format!("{}{position}", self.id_prefix));
             emit(ModelEvent::ToolCallStarted { position, id: id.clone(), name: call.name.clone() });
-            self.calls.push(PartialCall {
+            let mut partial = PartialCall {
                 index: None,
                 id,
                 name: call.name,
-                arguments: call.arguments,
+                arguments: String::new(),
+                argument_bytes: 0,
+                oversized: false,
                 announced: true,
-            });
+            };
+            partial.push_arguments(&call.arguments, self.max_argument_bytes.unwrap_or(usize::MAX));
+            self.calls.push(partial);
         }
         self.text_tool_calls = Some(format);
         if matches!(self.finish_reason, None | Some(FinishReason::Stop)) {
@@ -346,8 +400,8 @@ impl StreamDecoder {
     }
 
     /// The complete output. Calls without a name are dropped (nothing can
-    /// run them). Text still held back (the stream did not [`end`]) is
-    /// kept as text, unshown.
+    /// run them); an oversized call keeps `{}` as its arguments. Text still
+    /// held back (the stream did not [`end`]) is kept as text, unshown.
     ///
     /// [`end`]: StreamDecoder::end
     pub fn finish(mut self) -> ModelOutput {
@@ -356,15 +410,22 @@ impl StreamDecoder {
         self.text.push_str(&self.gate.take_held());
         self.text.push_str(&split.text);
         let id_prefix = self.id_prefix;
+        let mut oversized = Vec::new();
         let tool_calls: Vec<ToolCallRequest> = self
             .calls
             .into_iter()
             .enumerate()
             .filter(|(_, call)| !call.name.is_empty())
-            .map(|(position, call)| ToolCallRequest {
-                id: if call.id.is_empty() { format!("{id_prefix}{position}") } else { call.id },
-                name: call.name,
-                arguments: if call.arguments.trim().is_empty() { "{}".to_owned() } else { call.arguments },
+            .enumerate()
+            .map(|(index, (position, call))| {
+                if call.oversized {
+                    oversized.push(OversizedCall { index, bytes: call.argument_bytes });
+                }
+                ToolCallRequest {
+                    id: if call.id.is_empty() { format!("{id_prefix}{position}") } else { call.id },
+                    name: call.name,
+                    arguments: if call.arguments.trim().is_empty() { "{}".to_owned() } else { call.arguments },
+                }
             })
             .collect();
         let finish_reason = match self.finish_reason {
@@ -383,6 +444,7 @@ impl StreamDecoder {
             finish_reason,
             usage: self.usage,
             refused: self.refused,
+            oversized,
         }
     }
 }
@@ -546,6 +608,30 @@ mod tests {
         })]);
         assert_eq!(events, vec![ModelEvent::Text("whole answer".into())]);
         assert_eq!(out.finish_reason, FinishReason::Length);
+    }
+
+    /// Issue 11, defect 18: arguments past the cap are counted, not kept.
+    #[test]
+    fn arguments_past_the_cap_are_dropped() {
+        let mut decoder = StreamDecoder::new("call_").max_argument_bytes(10);
+        let chunks = [
+            json!({"tool_calls":[{"index":0,"id":"big","function":{"name":"write_file","arguments":"{\"content\":"}}]}),
+            json!({"tool_calls":[{"index":1,"id":"small","function":{"name":"read_file","arguments":"{}"}}]}),
+            json!({"tool_calls":[{"index":0,"function":{"arguments":"\"0123456789\"}"}}]}),
+            json!({"tool_calls":[{"index":0,"function":{"arguments":"more"}}]}),
+        ];
+        for value in chunks {
+            decoder.push(chunk(delta(value)), &mut |_| {}).unwrap();
+            assert!(decoder.calls[0].arguments.len() <= 10);
+        }
+        let out = decoder.finish();
+        assert_eq!(out.tool_calls[0].arguments, "{}");
+        assert_eq!(out.tool_calls[1].arguments, "{}");
+        assert_eq!(out.oversized, vec![OversizedCall { index: 0, bytes: 28 }]);
+        let (_, out) = run(vec![delta(
+            json!({"tool_calls":[{"index":0,"id":"a","function":{"name":"x","arguments":"{\"k\":1}"}}]}),
+        )]);
+        assert!(out.oversized.is_empty(), "no cap by default");
     }
 
     #[test]

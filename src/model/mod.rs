@@ -37,7 +37,7 @@ use futures_util::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{DEFAULT_CONTEXT_WINDOW, ModelConfig, NetworkSettings, PromptProfile};
-pub use decode::{FinishReason, ModelEvent, ModelOutput, StreamDecoder, Usage};
+pub use decode::{FinishReason, ModelEvent, ModelOutput, OversizedCall, StreamDecoder, Usage};
 pub use probe::{ModelInfo, WindowSource};
 use wire::{ChatChunk, ChatRequest};
 

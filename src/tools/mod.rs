@@ -40,6 +40,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+pub use crate::child::Launcher;
 use crate::config::PromptProfile;
 use crate::fs_guard::Target;
 use crate::model::ToolDefinition;
@@ -636,6 +637,11 @@ pub trait Host: Send + Sync {
     fn writes_in_place(&self) -> bool;
     /// The editor's terminals, when it offers them.
     fn terminals(&self) -> Option<&dyn Terminals>;
+    /// How local processes are started (environment, supervision). The
+    /// default starts them unsupervised, removing only `OPENAI_API_KEY`.
+    fn launcher(&self) -> &Launcher {
+        Launcher::unsupervised()
+    }
 }
 
 /// A command to run in an editor terminal.

@@ -1,7 +1,9 @@
 //! The `shell` tool: runs one command line with `sh -c` and reports its exit
-//! code and output, bounded in time and in bytes, and the word-prefix rules
-//! ([`command_prefix`], [`matches_prefix`]) the permission policy uses for
-//! "always allow this kind of command".
+//! code and output, bounded in time and in bytes, and what the permission
+//! policy's "always" answers for a command remember: a narrow
+//! [`CommandRule`] for "always allow" (this exact command, or a known
+//! read-only program kept inside the roots), the program and subcommand
+//! ([`command_prefix`], [`matches_prefix`]) for "always reject".
 //!
 //! Where the command runs: in an editor terminal when the editor offers
 //! `terminal/*` (the user watches it live in the tool call), otherwise as a
@@ -16,11 +18,14 @@
 //!
 //! Local children get: `sh -c <command>` in the requested directory, stdin
 //! from `/dev/null`, stdout and stderr piped to us (never our stdout, which
-//! is the JSON-RPC channel), our environment plus non-interactive settings
-//! (see [`CHILD_ENV`]: pagers are `cat`, `TERM=dumb`, `NO_COLOR=1`, git never
-//! prompts and its editor is `true`). Editor terminals run the same
-//! `sh -c <command>` in the editor's own environment: ACP gives us no say
-//! there beyond the command, directory and output limit.
+//! is the JSON-RPC channel), our environment without the secrets (see
+//! `crate::child`) plus non-interactive settings (see [`CHILD_ENV`]: pagers
+//! are `cat`, `TERM=dumb`, `NO_COLOR=1`, git never prompts and its editor is
+//! `true`), started through lathe's supervising trampoline so that they die
+//! with lathe even when it is killed. Editor terminals run the same
+//! `sh -c <command>` in the editor's own environment, wrapped in the
+//! trampoline (which removes the same secrets and `exec`s the shell): ACP
+//! gives us no say there beyond the command, directory and output limit.
 //!
 //! This module knows nothing of ACP, the model API or permission decisions:
 //! terminals come through [`Terminals`], and the policy only asks it how to
@@ -139,14 +144,21 @@ pub fn shell_schema() -> Value {
     })
 }
 
-/// Describes a `shell` call: "Run `cargo test`", kind execute, and the
-/// command with its resolved directory for the permission policy.
+/// Describes a `shell` call: "Run `cargo test`", kind execute, the command
+/// with its resolved directory for the permission policy, and, for the
+/// permission request, the whole command (every line) in a code block, with
+/// the directory when it is not the session's.
 pub fn describe_shell(args: &ShellArgs, cwd: &Path) -> Description {
+    let dir = working_dir(args, cwd);
+    let mut preview = fenced_as("sh", &args.command);
+    if dir != paths::normalize(cwd) {
+        preview.push_str(&format!("\nin {}", code_span(&paths::display(&dir, cwd))));
+    }
     Description {
         title: title(&args.command),
         locations: Vec::new(),
-        access: Access::Execute { command: args.command.clone(), cwd: working_dir(args, cwd) },
-        preview: Vec::new(),
+        access: Access::Execute { command: args.command.clone(), cwd: dir },
+        preview: vec![DisplayContent::Text(preview)],
     }
 }
 
@@ -171,20 +183,152 @@ pub async fn shell(args: ShellArgs, ctx: &ToolContext<'_>) -> ToolOutcome {
     }
 }
 
-/// The words that identify a command for an "always allow" rule, or `None`
+/// What an "always allow" answer for a command remembers. Deliberately
+/// narrow: a rule covers the same command again, or a known read-only
+/// program looking only inside the roots; it never covers an interpreter's
+/// inline code, a path outside the roots or another subcommand. When a
+/// command cannot be judged (shell patterns, variables, redirections), no
+/// rule covers it and the user is asked.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum CommandRule {
+    /// Exactly this command line (its text, trimmed), run in this directory.
+    Exact {
+        /// The command line.
+        command: String,
+        /// Where it ran.
+        cwd: PathBuf,
+    },
+    /// A program (and subcommand) from [`READ_ONLY_COMMANDS`], with any
+    /// arguments that stay inside the roots and none of its options that
+    /// write or run something.
+    ReadOnly(Vec<String>),
+}
+
+impl CommandRule {
+    /// The rule, as the "always allow" option names it.
+    pub fn describe(&self) -> String {
+        match self {
+            CommandRule::Exact { command, .. } => {
+                let shown: String = command.chars().take(RULE_MAX_CHARS).collect();
+                let cut = if command.chars().count() > RULE_MAX_CHARS { "…" } else { "" };
+                code_span(&format!("{shown}{cut}"))
+            }
+            // The program names come from READ_ONLY_COMMANDS: no backticks.
+            CommandRule::ReadOnly(words) => format!("`{} …` inside the project", words.join(" ")),
+        }
+    }
+
+    /// Whether running `command` in `cwd` falls under this rule.
+    pub fn covers(&self, command: &str, cwd: &Path, roots: &[PathBuf]) -> bool {
+        match self {
+            CommandRule::Exact { command: allowed, cwd: allowed_cwd } => {
+                command.trim() == allowed && paths::normalize(cwd) == *allowed_cwd
+            }
+            CommandRule::ReadOnly(prefix) => {
+                read_only_prefix(command).is_some_and(|found| found == *prefix) && stays_inside(command, cwd, roots)
+            }
+        }
+    }
+}
+
+/// Characters of a command shown in an "always allow" option.
+const RULE_MAX_CHARS: usize = 60;
+
+/// Programs (and git subcommands) that only read and print, each with the
+/// options that would make it write a file or run a program. A forbidden
+/// long option is refused in any abbreviation; a forbidden short one
+/// anywhere in a cluster (`-aR`).
+pub const READ_ONLY_COMMANDS: &[(&[&str], &[&str])] = &[
+    (&["cat"], &[]),
+    (&["head"], &[]),
+    (&["tail"], &[]),
+    (&["wc"], &[]),
+    (&["nl"], &[]),
+    (&["ls"], &[]),
+    (&["pwd"], &[]),
+    (&["stat"], &[]),
+    (&["du"], &[]),
+    (&["realpath"], &[]),
+    (&["file"], &["-C", "--compile"]),
+    (&["tree"], &["-o", "-R"]),
+    (&["grep"], &[]),
+    (&["egrep"], &[]),
+    (&["fgrep"], &[]),
+    (&["rg"], &["--pre"]),
+    (&["diff"], &[]),
+    (&["cmp"], &[]),
+    (&["git", "status"], &[]),
+    (&["git", "diff"], &["--output", "--ext-diff"]),
+    (&["git", "log"], &["--output", "--ext-diff"]),
+    (&["git", "show"], &["--output", "--ext-diff"]),
+    (&["git", "blame"], &[]),
+    (&["git", "ls-files"], &[]),
+    (&["git", "rev-parse"], &[]),
+    (&["git", "grep"], &["-O", "--open-files-in-pager"]),
+];
+
+/// Interpreters and shells, whose inline code no rule covers.
+const INTERPRETERS: &[&str] = &[
+    "sh",
+    "bash",
+    "zsh",
+    "dash",
+    "ksh",
+    "fish",
+    "python",
+    "python2",
+    "python3",
+    "pypy",
+    "pypy3",
+    "node",
+    "nodejs",
+    "deno",
+    "bun",
+    "ruby",
+    "perl",
+    "php",
+    "lua",
+    "luajit",
+    "tclsh",
+    "Rscript",
+    "pwsh",
+    "powershell",
+    "osascript",
+];
+
+/// Options that hand an interpreter code to run.
+const INLINE_CODE_FLAGS: &[&str] = &["-c", "-e", "-E", "-p", "-r", "--eval", "--print", "--command"];
+
+/// The rule an "always allow" answer to `command` run in `cwd` creates, or
+/// `None` when no answer may cover it again without asking: control
+/// operators, redirections or substitutions (`;`, `&`, `|`, backticks, `$(`,
+/// `>`, `<`, newlines), a leading variable assignment (`LD_PRELOAD=…`), text
+/// that does not split into words, or an interpreter given inline code
+/// (`python3 -c`, `node -e`, `sh -c`, `perl -e`, ...).
+pub fn command_rule(command: &str, cwd: &Path) -> Option<CommandRule> {
+    let words = plain_words(command)?;
+    if words.first()?.contains('=') || runs_inline_code(&words) {
+        return None;
+    }
+    if let Some(prefix) = read_only_prefix(command)
+        && !has_expansions(command)
+        && forbidden_option(&words).is_none()
+    {
+        return Some(CommandRule::ReadOnly(prefix));
+    }
+    Some(CommandRule::Exact { command: command.trim().to_owned(), cwd: paths::normalize(cwd) })
+}
+
+/// The words that name a command for an "always reject" rule, or `None`
 /// when the command can never match one.
 ///
-/// The rule: the program, plus its subcommand when the second word looks like
-/// one (lowercase letters, digits, `-`, `_`, `:`; not a flag, path, file name
-/// or glob): `cargo test --all` → `cargo test`, `ls -la` → `ls`,
-/// `python script.py` → `python`. For `npm`, `yarn`, `pnpm` and `bun`, `run`
-/// takes the script name too: `npm run build` → `npm run build`.
+/// The program, plus its subcommand when the second word looks like one
+/// (lowercase letters, digits, `-`, `_`, `:`; not a flag, path, file name
+/// or glob): `git push --force` → `git push`, `rm -rf x` → `rm`. For `npm`,
+/// `yarn`, `pnpm` and `bun`, `run` takes the script name too: `npm run build`
+/// → `npm run build`. A rejection may be broad: it only ever asks less.
 ///
-/// `None` when the command contains shell control operators, redirections or
-/// substitutions (`;`, `&`, `|`, backticks, `$(`, `>`, `<`, newlines —
-/// checked on the raw text, quoted or not, erring on the side of asking),
-/// starts with a variable assignment (`LD_PRELOAD=… cargo test`), or does not
-/// split into words.
+/// `None` for the commands [`command_rule`] refuses for their syntax.
 pub fn command_prefix(command: &str) -> Option<String> {
     let words = plain_words(command)?;
     let program = words.first()?;
@@ -205,8 +349,8 @@ pub fn command_prefix(command: &str) -> Option<String> {
     Some(shell_words::join(prefix))
 }
 
-/// Whether `command` falls under an "always allow" rule for `prefix`: it has
-/// no control operators or substitutions (see [`command_prefix`]) and its
+/// Whether `command` falls under an "always reject" rule for `prefix`: it has
+/// no control operators or substitutions (see [`command_rule`]) and its
 /// words start with the prefix's words.
 pub fn matches_prefix(command: &str, prefix: &str) -> bool {
     let (Some(words), Ok(wanted)) = (plain_words(command), shell_words::split(prefix)) else {
@@ -222,6 +366,132 @@ fn plain_words(command: &str) -> Option<Vec<String>> {
         return None;
     }
     shell_words::split(command).ok().filter(|words| !words.is_empty())
+}
+
+/// The [`READ_ONLY_COMMANDS`] entry `command` starts with, by its words.
+fn read_only_prefix(command: &str) -> Option<Vec<String>> {
+    let words = plain_words(command)?;
+    READ_ONLY_COMMANDS
+        .iter()
+        .map(|(prefix, _)| prefix)
+        .find(|prefix| prefix.len() <= words.len() && prefix.iter().zip(&words).all(|(want, word)| want == word))
+        .map(|prefix| prefix.iter().map(|word| (*word).to_owned()).collect())
+}
+
+/// The first option of `words` that makes its read-only command write or run
+/// something, if any.
+fn forbidden_option(words: &[String]) -> Option<&str> {
+    let (prefix, forbidden) = READ_ONLY_COMMANDS
+        .iter()
+        .find(|(prefix, _)| prefix.len() <= words.len() && prefix.iter().zip(words).all(|(want, word)| want == word))?;
+    let arguments = words[prefix.len()..].iter().take_while(|word| *word != "--");
+    for word in arguments {
+        for option in forbidden.iter() {
+            let hit = match (option.strip_prefix("--"), word.strip_prefix("--")) {
+                // Long options also work abbreviated: `--out=x` is `--output=x`.
+                (Some(long), Some(given)) => {
+                    let given = given.split('=').next().unwrap_or_default();
+                    !given.is_empty() && (long.starts_with(given) || given.starts_with(long))
+                }
+                (Some(_), None) => false,
+                (None, _) => {
+                    let letter = option.trim_start_matches('-');
+                    word.starts_with('-') && !word.starts_with("--") && word[1..].contains(letter)
+                }
+            };
+            if hit {
+                return Some(option);
+            }
+        }
+    }
+    None
+}
+
+/// Whether `words` hand an interpreter inline code, wherever it comes in
+/// the command (`env python3 -c …`, `timeout 5 node -e …`).
+fn runs_inline_code(words: &[String]) -> bool {
+    words.iter().enumerate().any(|(at, word)| {
+        let program = word.rsplit('/').next().unwrap_or(word);
+        let interpreter = INTERPRETERS.contains(&program)
+            || program.strip_prefix("python").is_some_and(|version| version.chars().all(|c| c.is_ascii_digit() || c == '.'));
+        interpreter
+            && words[at + 1..].iter().any(|arg| {
+                INLINE_CODE_FLAGS.contains(&arg.as_str())
+                    || INLINE_CODE_FLAGS.iter().any(|flag| flag.starts_with("--") && arg.starts_with(&format!("{flag}=")))
+                    // A cluster such as `-ce` or `-xc`.
+                    || (arg.starts_with('-') && !arg.starts_with("--") && arg.len() > 2 && arg[1..].contains(['c', 'e']))
+            })
+    })
+}
+
+/// Whether the shell would expand something in `command` before running it:
+/// a variable or substitution (`$`, backticks, also inside double quotes), a
+/// pattern (`*`, `?`, `[`), braces or a leading `~`, outside quotes.
+fn has_expansions(command: &str) -> bool {
+    #[derive(PartialEq)]
+    enum Quote {
+        None,
+        Single,
+        Double,
+    }
+    let mut quote = Quote::None;
+    let mut previous = ' ';
+    let mut chars = command.chars();
+    while let Some(c) = chars.next() {
+        match quote {
+            Quote::Single => {
+                if c == '\'' {
+                    quote = Quote::None;
+                }
+            }
+            Quote::Double => match c {
+                '\\' => {
+                    chars.next();
+                }
+                '"' => quote = Quote::None,
+                '$' | '`' => return true,
+                _ => {}
+            },
+            Quote::None => match c {
+                '\\' => {
+                    chars.next();
+                }
+                '\'' => quote = Quote::Single,
+                '"' => quote = Quote::Double,
+                '$' | '`' | '*' | '?' | '[' | '{' | '}' => return true,
+                '~' if previous.is_whitespace() || matches!(previous, '=' | ':') => return true,
+                _ => {}
+            },
+        }
+        previous = c;
+    }
+    false
+}
+
+/// Whether every argument of a read-only command names something inside the
+/// roots. Each non-option word is taken for a path (a pattern or a number
+/// then resolves inside the directory, which is harmless), as is the value
+/// of a `--option=value`; an option word carrying a path (`-f/etc/x`) is
+/// refused, and so is anything the shell would expand.
+fn stays_inside(command: &str, cwd: &Path, roots: &[PathBuf]) -> bool {
+    let Some(words) = plain_words(command) else { return false };
+    if has_expansions(command) || forbidden_option(&words).is_some() || !paths::is_inside_roots(cwd, roots) {
+        return false;
+    }
+    let mut options_ended = false;
+    words.iter().skip(1).all(|word| {
+        let path = if options_ended || !word.starts_with('-') || word == "-" {
+            word.as_str()
+        } else if word == "--" {
+            options_ended = true;
+            return true;
+        } else if let Some((_, value)) = word.split_once('=').filter(|_| word.starts_with("--")) {
+            value
+        } else {
+            return !word.contains('/');
+        };
+        path.is_empty() || paths::is_inside_roots(&paths::resolve(cwd, path), roots)
+    })
 }
 
 fn is_subcommand(word: &str) -> bool {
@@ -248,20 +518,26 @@ fn effective_timeout(requested: Option<f64>, limits: &ToolLimits) -> Duration {
     wanted.clamp(Duration::from_secs(1).min(max), max)
 }
 
-/// "Run `cmd`", showing only the first line, cut to [`TITLE_MAX_CHARS`].
+/// "Run `cmd`", showing only the first line, cut to [`TITLE_MAX_CHARS`],
+/// and saying how many lines follow (the permission request shows them all).
 fn title(command: &str) -> String {
     let command = command.trim();
     let mut lines = command.lines();
     let first = lines.next().unwrap_or_default().trim_end();
+    let more = lines.count();
     let mut shown: String = first.chars().take(TITLE_MAX_CHARS).collect();
-    if lines.next().is_some() || first.chars().count() > TITLE_MAX_CHARS {
+    if more > 0 || first.chars().count() > TITLE_MAX_CHARS {
         shown.truncate(shown.trim_end().len());
         shown.push('…');
     }
     if shown.is_empty() {
         return "Run an empty command".to_owned();
     }
-    format!("Run {}", code_span(&shown))
+    match more {
+        0 => format!("Run {}", code_span(&shown)),
+        1 => format!("Run {} (+1 more line)", code_span(&shown)),
+        n => format!("Run {} (+{n} more lines)", code_span(&shown)),
+    }
 }
 
 /// Markdown inline code that survives backticks inside the text.
@@ -350,8 +626,11 @@ async fn run_in_terminal(
     ctx: &ToolContext<'_>,
 ) -> ToolOutcome {
     let args = ["-c".to_owned(), command.to_owned()];
+    // Through lathe's trampoline when it is known, so the secrets lathe
+    // knows of leave the editor's environment too.
+    let (program, args) = ctx.host.launcher().for_terminal(SHELL, &args);
     let request = TerminalCommand {
-        command: SHELL,
+        command: &program,
         args: &args,
         cwd,
         output_byte_limit: u64::try_from(ctx.limits.shell_output_bytes).ok(),
@@ -505,18 +784,13 @@ enum Race {
 }
 
 async fn run_locally(command: &str, cwd: &Path, timeout: Duration, ctx: &ToolContext<'_>) -> ToolOutcome {
-    let mut cmd = Command::new(SHELL);
-    cmd.arg("-c")
-        .arg(command)
-        .current_dir(cwd)
-        .envs(CHILD_ENV)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // Its own group, so that one signal reaches everything it starts.
-        .process_group(0)
-        .kill_on_drop(true);
-    let mut child = match cmd.spawn() {
+    let args = ["-c".to_owned(), command.to_owned()];
+    // In a process group of its own (led by the trampoline when supervised),
+    // so that one signal reaches everything it starts.
+    let spawned = ctx.host.launcher().spawn(SHELL, &args, |cmd: &mut Command| {
+        cmd.current_dir(cwd).envs(CHILD_ENV).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    });
+    let mut child = match spawned {
         Ok(child) => child,
         Err(err) => return ToolOutcome::failed(format!("Could not start `{SHELL}`: {err}")),
     };
@@ -637,9 +911,14 @@ async fn pump(pipe: Option<impl AsyncRead + Unpin>, buffer: &Mutex<HeadTail>) {
 
 /// Markdown code block that survives backtick fences inside the text.
 fn fenced(text: &str) -> String {
+    fenced_as("", text)
+}
+
+/// [`fenced`], with an info string naming the language.
+fn fenced_as(language: &str, text: &str) -> String {
     let longest_run = text.split(|c| c != '`').map(str::len).max().unwrap_or(0);
     let fence = "`".repeat(longest_run.max(2) + 1);
-    format!("{fence}\n{text}\n{fence}")
+    format!("{fence}{language}\n{text}\n{fence}")
 }
 
 // ---------------------------------------------------------------------------
@@ -1216,12 +1495,17 @@ mod tests {
     fn titles_show_the_first_line_cut_short() {
         let cwd = Path::new("/p");
         assert_eq!(describe_shell(&args("cargo test"), cwd).title, "Run `cargo test`");
-        assert_eq!(describe_shell(&args("cat <<EOF\nx\nEOF"), cwd).title, "Run `cat <<EOF…`");
+        assert_eq!(describe_shell(&args("cat <<EOF\nx\nEOF"), cwd).title, "Run `cat <<EOF…` (+2 more lines)");
+        assert_eq!(describe_shell(&args("git status\ntouch PWN"), cwd).title, "Run `git status…` (+1 more line)");
         let long = format!("echo {}", "x".repeat(100));
         assert_eq!(describe_shell(&args(&long), cwd).title, format!("Run `echo {}…`", "x".repeat(75)));
         assert_eq!(describe_shell(&args("echo `date`"), cwd).title, "Run `` echo `date` ``");
         let described = describe_shell(&ShellArgs { cwd: Some("sub/../web".to_owned()), ..args("ls") }, cwd);
         assert_eq!(described.access, Access::Execute { command: "ls".to_owned(), cwd: PathBuf::from("/p/web") });
+        assert_eq!(described.preview, [DisplayContent::Text("```sh\nls\n```\nin `web`".to_owned())]);
+        // Issue 11, defect 13: the permission request shows every line.
+        let described = describe_shell(&args("git status\ntouch PWN"), cwd);
+        assert_eq!(described.preview, [DisplayContent::Text("```sh\ngit status\ntouch PWN\n```".to_owned())]);
         let described = describe_shell(&args("ls"), cwd);
         assert_eq!(described.access, Access::Execute { command: "ls".to_owned(), cwd: PathBuf::from("/p") });
     }
@@ -1244,6 +1528,64 @@ mod tests {
         assert_eq!(effective_timeout(Some(0.01), &limits), Duration::from_secs(1));
         assert_eq!(effective_timeout(Some(-3.0), &limits), Duration::from_secs(120));
         assert_eq!(effective_timeout(Some(f64::NAN), &limits), Duration::from_secs(120));
+    }
+
+    #[test]
+    fn command_rules() {
+        let cwd = Path::new("/p");
+        let exact = |command: &str| Some(CommandRule::Exact { command: command.to_owned(), cwd: PathBuf::from("/p") });
+        let read_only = |words: &[&str]| Some(CommandRule::ReadOnly(words.iter().map(|w| (*w).to_owned()).collect()));
+        let table = [
+            ("cargo test --all", exact("cargo test --all")),
+            ("  ls -la ", read_only(&["ls"])),
+            ("cat src/main.rs", read_only(&["cat"])),
+            ("git status", read_only(&["git", "status"])),
+            ("git log --output=x", exact("git log --output=x")),
+            ("git push", exact("git push")),
+            ("cat $HOME/x", exact("cat $HOME/x")),
+            ("cat *.rs", exact("cat *.rs")),
+            ("/bin/cat x", exact("/bin/cat x")),
+            ("python script.py", exact("python script.py")),
+            ("python -c 'print(1)'", None),
+            ("python3.12 -c 'print(1)'", None),
+            ("node --eval=1", None),
+            ("timeout 5 sh -c 'x'", None),
+            ("cargo test; rm -rf /", None),
+            ("echo $(id)", None),
+            ("LD_PRELOAD=x.so cargo test", None),
+            ("echo 'unclosed", None),
+            ("   ", None),
+        ];
+        for (command, expected) in table {
+            assert_eq!(command_rule(command, cwd), expected, "{command}");
+        }
+        assert_eq!(
+            CommandRule::Exact { command: "x".repeat(70), cwd: PathBuf::from("/p") }.describe(),
+            format!("`{}…`", "x".repeat(60))
+        );
+    }
+
+    #[test]
+    fn expansions_are_seen_outside_single_quotes() {
+        let table = [
+            ("cat a.txt", false),
+            ("grep 'a*b' x", false),
+            ("grep \"a*b\" x", false),
+            ("grep a\\*b x", false),
+            ("echo '$HOME'", false),
+            ("git log --format='%h'", false),
+            ("echo a~b", false),
+            ("echo \"$HOME\"", true),
+            ("cat *.rs", true),
+            ("cat file?", true),
+            ("cat {a,b}", true),
+            ("cat ~/x", true),
+            ("cat --file=~/x", true),
+            ("cat a[1]", true),
+        ];
+        for (command, expected) in table {
+            assert_eq!(has_expansions(command), expected, "{command}");
+        }
     }
 
     #[test]

@@ -20,7 +20,7 @@ use crate::support::mock_openai::{text_reply, tool_call_reply, tool_result};
 
 /// The stdio fixture, built by `cargo test` next to this test binary
 /// (`target/<profile>/examples/mcp_fixture`).
-fn fixture_path() -> PathBuf {
+pub(super) fn fixture_path() -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary's path");
     let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>");
     let path = profile_dir.join("examples").join("mcp_fixture");
@@ -65,6 +65,13 @@ async fn session_with(agent: &mut AgentProcess, cwd: &Path, servers: Value) -> (
     let commands = agent.next_message(DEFAULT_TIMEOUT).await.expect("available_commands_update");
     assert_eq!(commands["params"]["update"]["sessionUpdate"], "available_commands_update");
     (session, took)
+}
+
+/// Switches the session's mode (tests not about permission use `full-auto`).
+async fn set_mode(h: &mut Harness, session: &str, mode: &str) {
+    let id = h.agent.request("session/set_mode", json!({"sessionId": session, "modeId": mode})).await;
+    let (_, response) = h.agent.response(id).await;
+    assert!(response.get("result").is_some(), "{response}");
 }
 
 async fn run(h: &mut Harness, session: &str, editor: &mut FakeEditor) -> (Vec<Value>, Value) {
@@ -132,9 +139,9 @@ async fn initialize_advertises_http_and_sse_mcp_servers() {
     assert_eq!(response["result"]["agentCapabilities"]["mcpCapabilities"], json!({"http": true, "sse": true}));
 }
 
-/// A stdio server's tools are offered namespaced, with cleaned schemas; a
-/// read-only tool runs without asking, the other asks like a command; both
-/// results go back to the model.
+/// A stdio server's tools are offered namespaced, with cleaned schemas; both
+/// calls ask like a command (the one the server marks read-only too: see
+/// the next test); both results go back to the model.
 #[tokio::test]
 async fn stdio_tools_are_offered_and_called_behind_permission() {
     let mut h = Harness::start().await;
@@ -146,7 +153,7 @@ async fn stdio_tools_are_offered_and_called_behind_permission() {
         ("call_n", "fixture__note", json!({"text": "remember"})),
     ]));
     h.mock.push(text_reply("done"));
-    let mut editor = FakeEditor::answering(&[Permission::Select("allow_once")]);
+    let mut editor = FakeEditor::answering(&[Permission::Select("allow_once"), Permission::Select("allow_once")]);
     let (before, response) = run(&mut h, &session, &mut editor).await;
     assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
 
@@ -166,14 +173,15 @@ async fn stdio_tools_are_offered_and_called_behind_permission() {
     assert!(note["parameters"]["properties"]["link"].get("format").is_none(), "{note}");
     assert_eq!(note["parameters"]["type"], "object");
 
-    // Only the tool that changes things asked, and it asked like a command.
+    // Both asked like a command.
     let asked = editor.requests_for("session/request_permission");
-    assert_eq!(asked.len(), 1, "{:?}", editor.methods());
-    let question = &asked[0]["params"]["toolCall"];
+    assert_eq!(asked.len(), 2, "{:?}", editor.methods());
+    assert_eq!(asked[0]["params"]["toolCall"]["toolCallId"], "call_e");
+    let question = &asked[1]["params"]["toolCall"];
     assert_eq!(question["toolCallId"], "call_n");
     assert_eq!(question["title"], "note (fixture): text=\"remember\"");
     let options: Vec<&str> =
-        asked[0]["params"]["options"].as_array().unwrap().iter().map(|o| o["optionId"].as_str().unwrap()).collect();
+        asked[1]["params"]["options"].as_array().unwrap().iter().map(|o| o["optionId"].as_str().unwrap()).collect();
     assert_eq!(options, ["allow_once", "allow_always", "reject_once", "reject_always"]);
 
     let started = updates_of_kind(&before, "tool_call");
@@ -191,6 +199,52 @@ async fn stdio_tools_are_offered_and_called_behind_permission() {
     assert_eq!(tool_result(second, "call_n"), "noted: remember");
     assert_eq!(second["tools"], first["tools"], "the tool list is byte-stable between requests");
     assert_eq!(read_log(&log).iter().filter(|l| l.starts_with("call:")).count(), 2);
+}
+
+/// Issue 11, defect 10: a server's `readOnlyHint` never lowers the bar. A
+/// tool it marks read-only asks in ask and accept-edits modes; in read-only
+/// mode it still asks (every time) while the others are refused; only
+/// full-auto runs it unasked.
+#[tokio::test]
+async fn a_read_only_hint_never_skips_the_question() {
+    let mut h = Harness::start().await;
+    let log = h.home.path().join("fixture.log");
+    let (session, _) = session_with(&mut h.agent, &h.project, json!([stdio_server("fx", &[], &log)])).await;
+    for mode in ["ask", "accept-edits"] {
+        set_mode(&mut h, &session, mode).await;
+        h.mock.push(tool_call_reply(&[("call_e", "fx__echo", json!({"text": mode}))]));
+        h.mock.push(text_reply("ok"));
+        let mut editor = FakeEditor::answering(&[Permission::Select("reject_once")]);
+        run(&mut h, &session, &mut editor).await;
+        assert_eq!(editor.requests_for("session/request_permission").len(), 1, "{mode} asks");
+    }
+    set_mode(&mut h, &session, "read-only").await;
+    h.mock.push(tool_call_reply(&[
+        ("call_r", "fx__echo", json!({"text": "looked up"})),
+        ("call_w", "fx__note", json!({"text": "written"})),
+    ]));
+    h.mock.push(text_reply("ok"));
+    let mut editor = FakeEditor::answering(&[Permission::Select("allow_once")]);
+    let (before, _) = run(&mut h, &session, &mut editor).await;
+    let asked = editor.requests_for("session/request_permission");
+    assert_eq!(asked.len(), 1, "{:?}", editor.methods());
+    assert_eq!(asked[0]["params"]["toolCall"]["toolCallId"], "call_r");
+    let offered: Vec<&str> =
+        asked[0]["params"]["options"].as_array().unwrap().iter().map(|o| o["optionId"].as_str().unwrap()).collect();
+    assert!(!offered.contains(&"allow_always"), "read-only mode asks every time: {offered:?}");
+    assert_eq!(final_status(&before, "call_r"), "completed");
+    assert_eq!(final_status(&before, "call_w"), "failed");
+    let told = tool_result(&h.mock.requests().last().unwrap().body, "call_w");
+    assert!(told.contains("read-only mode"), "{told}");
+    assert!(!read_log(&log).iter().any(|l| l == "call:note"), "the refused call never reached the server");
+
+    set_mode(&mut h, &session, "full-auto").await;
+    h.mock.push(tool_call_reply(&[("call_f", "fx__echo", json!({"text": "auto"}))]));
+    h.mock.push(text_reply("ok"));
+    let mut editor = FakeEditor::default();
+    let (before, _) = run(&mut h, &session, &mut editor).await;
+    assert!(editor.requests.is_empty(), "{:?}", editor.methods());
+    assert_eq!(final_status(&before, "call_f"), "completed");
 }
 
 /// Rejecting an MCP tool tells the model; "always" remembers the tool.
@@ -224,6 +278,7 @@ async fn errors_images_and_structured_content_come_back() {
     let mut h = Harness::with_config("[mcp]\ncall_timeout_secs = 5\n").await;
     let log = h.home.path().join("fixture.log");
     let (session, _) = session_with(&mut h.agent, &h.project, json!([stdio_server("fx", &[], &log)])).await;
+    set_mode(&mut h, &session, "full-auto").await;
     h.mock.push(tool_call_reply(&[
         ("call_f", "fx__fail", json!({})),
         ("call_r", "fx__rich", json!({})),
@@ -233,7 +288,6 @@ async fn errors_images_and_structured_content_come_back() {
     let mut editor = FakeEditor::default();
     let (before, response) = run(&mut h, &session, &mut editor).await;
     assert_eq!(response["result"]["stopReason"], "end_turn");
-    assert!(editor.requests.is_empty(), "no permission asked (full list: {:?})", editor.methods());
 
     assert_eq!(final_status(&before, "call_f"), "failed");
     let body = &h.mock.requests()[1].body;
@@ -260,6 +314,7 @@ async fn a_crashed_server_is_restarted_once() {
     let mut h = Harness::start().await;
     let log = h.home.path().join("fixture.log");
     let (session, _) = session_with(&mut h.agent, &h.project, json!([stdio_server("fx", &[], &log)])).await;
+    set_mode(&mut h, &session, "full-auto").await;
     h.mock.push(tool_call_reply(&[("call_c", "fx__crash", json!({}))]));
     h.mock.push(text_reply("it crashed"));
     let mut editor = FakeEditor::answering(&[Permission::Select("allow_always")]);
@@ -365,6 +420,7 @@ async fn http_and_sse_servers_work_too() {
         {"type": "sse", "name": "old", "url": server.sse_url(), "headers": []},
     ]);
     let (session, _) = session_with(&mut h.agent, &h.project, servers).await;
+    set_mode(&mut h, &session, "full-auto").await;
     h.mock.push(tool_call_reply(&[
         ("call_w", "web__echo", json!({"text": "over http"})),
         ("call_o", "old__echo", json!({"text": "over sse"})),
@@ -397,6 +453,7 @@ async fn servers_that_fail_to_start_are_reported_and_the_others_work() {
     ]);
     let (session, took) = session_with(&mut h.agent, &h.project, servers).await;
     assert!(took < Duration::from_millis(800), "session/new does not wait for slow servers: {took:?}");
+    set_mode(&mut h, &session, "full-auto").await;
     h.mock.push(tool_call_reply(&[("call_e", "good__echo", json!({"text": "still here"}))]));
     h.mock.push(text_reply("fine"));
     let (before, response) = run(&mut h, &session, &mut FakeEditor::default()).await;
@@ -427,6 +484,7 @@ async fn servers_from_the_config_file() {
         format!("[mcp_servers.cfg]\ncommand = {:?}\nenv = {{ MCP_FIXTURE_LOG = {:?} }}\n", fixture_path(), log);
     let mut h = Harness::with_config(&config).await;
     let session = h.session().await;
+    set_mode(&mut h, &session, "full-auto").await;
     h.mock.push(tool_call_reply(&[("call_e", "cfg__echo", json!({"text": "from the config"}))]));
     h.mock.push(text_reply("ok"));
     let (before, _) = run(&mut h, &session, &mut FakeEditor::default()).await;

@@ -92,6 +92,23 @@ async fn requests_before_initialize_are_refused() {
 }
 
 /// Malformed input of every kind gets the precise error, and the agent keeps serving.
+/// Issue 11, defect 17: a large integer id (and a fractional one) comes back
+/// byte for byte in the response (JSON-RPC: the response id equals the request id).
+#[tokio::test]
+async fn large_ids_are_echoed_exactly() {
+    let mut h = Harness::start().await;
+    for id in ["1000000000000000000000000000001", "12345678901234567890123", "2.5"] {
+        let line = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"initialize\",\"params\":{{\"protocolVersion\":1}}}}\n"
+        );
+        h.agent.send_raw(line.as_bytes()).await;
+        let reply = h.agent.next_message(Duration::from_secs(5)).await.expect("an answer");
+        assert!(reply.get("result").is_some(), "{reply}");
+        let raw = h.agent.raw_stdout_lines().last().cloned().unwrap();
+        assert!(raw.starts_with(&format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},")), "{raw}");
+    }
+}
+
 #[tokio::test]
 async fn malformed_input_is_answered_and_survived() {
     let mut h = Harness::start().await;

@@ -79,6 +79,7 @@ fn fixture_outcome() -> SseOutcome {
             finish_reason: FinishReason::ToolCalls,
             usage: Some(Usage { input_tokens: 12, output_tokens: 34 }),
             refused: false,
+            oversized: Vec::new(),
         }),
     }
 }

@@ -142,6 +142,30 @@ async fn allow_always_is_remembered_for_the_session() {
     assert_eq!(second["content"][0]["oldText"], Value::Null, "a new file has no old text");
 }
 
+/// Issue 11, defect 8: "always allow" names its rule and covers exactly
+/// that; the same program on a path outside the roots asks again.
+#[tokio::test]
+async fn always_allow_for_a_command_covers_only_what_it_says() {
+    let mut h = Harness::start().await;
+    write(&h.project, "README.md", "hello\n");
+    write(h.home.path(), "secret.txt", "top secret\n");
+    let session = h.session().await;
+    let outside = h.home.path().join("secret.txt");
+    h.mock.push(tool_call_reply(&[("call_1", "shell", json!({"command": "cat README.md"}))]));
+    h.mock.push(tool_call_reply(&[("call_2", "shell", json!({"command": "cat -n README.md"}))]));
+    h.mock.push(tool_call_reply(&[("call_3", "shell", json!({"command": format!("cat {}", outside.display())}))]));
+    h.mock.push(text_reply("done"));
+    let mut editor = FakeEditor::answering(&[Permission::Select("allow_always"), Permission::Select("reject_once")]);
+    let (before, response) = run(&mut h, &session, &mut editor).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn");
+    let asked = editor.requests_for("session/request_permission");
+    let asked_ids: Vec<&Value> = asked.iter().map(|r| &r["params"]["toolCall"]["toolCallId"]).collect();
+    assert_eq!(asked_ids, ["call_1", "call_3"], "the covered call did not ask; the outside one did");
+    assert_eq!(asked[0]["params"]["options"][1]["name"], "Always allow `cat …` inside the project");
+    assert_eq!(final_status(&before, "call_2"), "completed");
+    assert!(!tool_result(&h.mock.requests()[3].body, "call_3").contains("top secret"));
+}
+
 /// A rejection leaves the file alone, tells the model, and the turn goes on.
 #[tokio::test]
 async fn a_rejection_leaves_the_file_untouched_and_tells_the_model() {
@@ -362,6 +386,140 @@ async fn cancel_releases_a_client_terminal() {
             .all(|m| m["method"] != "session/update" || m["params"]["update"]["toolCallId"] == "call_t")
     );
     assert_eq!(final_status(&after, "call_t"), "failed");
+}
+
+/// Issue 11, defect 11: two calls with the same id in one response become
+/// two ACP tool calls with distinct ids, each with a final status, and the
+/// transcript sent back holds no duplicate id.
+#[tokio::test]
+async fn two_calls_with_one_id_stay_two_calls() {
+    use crate::support::mock_openai::{Reply, Step, ev_finish, ev_role, ev_tool_call_args, ev_tool_call_start};
+    let mut h = Harness::start().await;
+    write(&h.project, "a.txt", "alpha\n");
+    write(&h.project, "b.txt", "beta\n");
+    let session = h.session().await;
+    for _ in 0..2 {
+        h.mock.push(Reply::Sse(vec![
+            ev_role(),
+            ev_tool_call_start(0, "call_0", "read_file"),
+            ev_tool_call_args(0, r#"{"path": "a.txt"}"#),
+            ev_tool_call_start(1, "call_0", "read_file"),
+            ev_tool_call_args(1, r#"{"path": "b.txt"}"#),
+            ev_finish("tool_calls"),
+            Step::Done,
+        ]));
+    }
+    h.mock.push(text_reply("done"));
+    let (before, response) = run(&mut h, &session, &mut FakeEditor::default()).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+
+    let started: Vec<String> =
+        updates_of_kind(&before, "tool_call").iter().map(|u| u["toolCallId"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(started.len(), 4, "{started:?}");
+    let distinct: std::collections::HashSet<&String> = started.iter().collect();
+    assert_eq!(distinct.len(), 4, "every call has its own id: {started:?}");
+    for id in &started {
+        assert_eq!(final_status(&before, id), "completed", "{id}");
+    }
+
+    let body = &h.mock.requests()[2].body;
+    let mut ids = Vec::new();
+    for message in body["messages"].as_array().unwrap() {
+        for call in message["tool_calls"].as_array().into_iter().flatten() {
+            ids.push(call["id"].as_str().unwrap().to_owned());
+        }
+    }
+    assert_eq!(ids, started, "the transcript uses the ids the editor saw");
+    assert!(tool_result(body, &started[0]).contains("alpha"));
+    assert!(tool_result(body, &started[1]).contains("beta"));
+    assert!(tool_result(body, &started[2]).contains("alpha"));
+    assert!(tool_result(body, &started[3]).contains("beta"));
+}
+
+/// Issue 11, defect 13: a permission request shows the whole command, every
+/// line of it, and no title carries a control, ANSI or bidi character raw.
+#[tokio::test]
+async fn permission_prompts_show_everything() {
+    let mut h = Harness::start().await;
+    let session = h.session().await;
+    let disguised = "echo safe\u{1b}[2K\r\u{202e}~ fr- mr";
+    h.mock.push(tool_call_reply(&[
+        ("call_m", "shell", json!({"command": "git status\ntouch PWN"})),
+        ("call_h", "shell", json!({"command": disguised})),
+    ]));
+    h.mock.push(text_reply("ok"));
+    let mut editor = FakeEditor::answering(&[Permission::Select("reject_once"), Permission::Select("reject_once")]);
+    let (before, response) = run(&mut h, &session, &mut editor).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn");
+    assert!(!h.project.join("PWN").exists());
+
+    let asked = editor.requests_for("session/request_permission");
+    assert_eq!(asked.len(), 2);
+    let multi = &asked[0]["params"]["toolCall"];
+    assert_eq!(multi["title"], "Run `git status…` (+1 more line)");
+    assert_eq!(multi["content"][0]["content"]["text"], "```sh\ngit status\ntouch PWN\n```");
+    let hidden = &asked[1]["params"]["toolCall"];
+    assert_eq!(hidden["title"], "Run `echo safe\\u{1b}[2K\\r\\u{202e}~ fr- mr`");
+    assert_eq!(hidden["content"][0]["content"]["text"], "```sh\necho safe\\u{1b}[2K\\r\\u{202e}~ fr- mr\n```");
+
+    let raw = |c: char| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    let titles = before
+        .iter()
+        .filter_map(|m| m["params"]["update"]["title"].as_str().or(m["params"]["toolCall"]["title"].as_str()));
+    for title in titles {
+        assert!(!title.chars().any(raw), "{title:?}");
+    }
+    for option in asked.iter().flat_map(|r| r["params"]["options"].as_array().unwrap()) {
+        assert!(!option["name"].as_str().unwrap().chars().any(raw), "{option}");
+    }
+}
+
+/// Issue 11, defect 18: a tool call whose arguments pass the cap is not
+/// kept, echoed (`rawInput`), logged or run; the model is told the limit.
+#[tokio::test]
+async fn oversized_tool_calls_are_refused_not_carried() {
+    use crate::support::mock_openai::{Reply, Step, ev_finish, ev_role, ev_tool_call_args, ev_tool_call_start};
+    let mut h = Harness::with_config("[agent]\nmax_tool_call_bytes = 65536\n").await;
+    let session = h.session().await;
+    set_mode(&mut h, &session, "full-auto").await;
+    let mut steps = vec![ev_role(), ev_tool_call_start(0, "call_big", "write_file")];
+    steps.push(ev_tool_call_args(0, r#"{"path": "big.txt", "content": ""#));
+    let piece = "x".repeat(32 * 1024);
+    steps.extend((0..32).map(|_| ev_tool_call_args(0, &piece)));
+    steps.push(ev_tool_call_args(0, r#""}"#));
+    steps.push(ev_tool_call_start(1, "call_ok", "write_file"));
+    steps.push(ev_tool_call_args(1, r#"{"path": "small.txt", "content": "fine"}"#));
+    steps.extend([ev_finish("tool_calls"), Step::Done]);
+    h.mock.push(Reply::Sse(steps));
+    h.mock.push(text_reply("I will write it in parts"));
+    let (before, response) = run(&mut h, &session, &mut FakeEditor::default()).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    assert!(!h.project.join("big.txt").exists());
+    assert_eq!(std::fs::read_to_string(h.project.join("small.txt")).unwrap(), "fine", "the other call ran");
+    assert_eq!(final_status(&before, "call_big"), "failed");
+    assert!(updates_for(&before, "call_big").iter().all(|u| u.get("rawInput").is_none()), "no rawInput echo");
+
+    let body = &h.mock.requests()[1].body;
+    let told = tool_result(body, "call_big");
+    let sent = r#"{"path": "big.txt", "content": ""#.len() + 32 * piece.len() + 2;
+    assert!(told.contains(&format!("were {sent} bytes, over the limit of 65536 bytes")), "{told}");
+    assert_eq!(body["messages"][2]["tool_calls"][0]["function"]["arguments"], "{}");
+    let longest = h.agent.raw_stdout_lines().iter().map(String::len).max().unwrap();
+    assert!(longest < 16 * 1024, "no stdout line carries the arguments: {longest} bytes");
+    h.agent.close_stdin();
+    h.agent.wait_exit(Duration::from_secs(5)).await.expect("lathe exits");
+    let mut logged = 0;
+    let mut dirs = vec![h.home.path().join(".local/share/lathe")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            if entry.path().is_dir() {
+                dirs.push(entry.path());
+            } else {
+                logged += entry.metadata().unwrap().len();
+            }
+        }
+    }
+    assert!(logged < 64 * 1024, "the session data holds {logged} bytes");
 }
 
 /// Bad arguments and unknown tools are results the model can read, not a failed turn.

@@ -34,6 +34,9 @@ pub struct FakeEditor {
     pub buffers: HashMap<PathBuf, String>,
     /// Every request received, in order.
     pub requests: Vec<Value>,
+    /// Variables added to the environment of the commands its terminals run
+    /// (the editor's own environment).
+    pub terminal_env: Vec<(String, String)>,
     terminals: HashMap<String, FakeTerminal>,
     next_terminal: u32,
 }
@@ -114,7 +117,7 @@ impl FakeEditor {
                     FakeTerminal { output: String::new(), exit_code: None, running: true, released: false }
                 } else {
                     let mut process = std::process::Command::new(&command);
-                    process.args(&args);
+                    process.args(&args).envs(self.terminal_env.iter().map(|(name, value)| (name, value)));
                     if let Some(cwd) = cwd {
                         process.current_dir(cwd);
                     }

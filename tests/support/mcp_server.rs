@@ -16,6 +16,8 @@
 //! - `structured`: read-only; only `structuredContent`.
 //! - `grow`: adds the tool `extra` and sends `notifications/tools/list_changed`.
 //! - `dotted.name`: a name that needs sanitising.
+//! - `env {text}`: read-only; for each space-separated name in `text`, a line
+//!   `NAME=value` or `NAME unset` from the server's own environment.
 //!
 //! When `MCP_FIXTURE_LOG` names a file, the server appends one line per
 //! event: `start:<pid>`, `call:<tool>`, `cancelled:<tool>`.
@@ -91,6 +93,7 @@ impl Fixture {
             Tool::new("structured", "Answers with structured content only.", empty()).with_annotations(read_only()),
             Tool::new("grow", "Adds a tool.", empty()),
             Tool::new("dotted.name", "Has a dot in its name.", empty()),
+            Tool::new("env", "Shows environment variables.", text_arg()).with_annotations(read_only()),
         ];
         if self.grown.load(Ordering::SeqCst) {
             tools.push(Tool::new("extra", "Appears after grow.", empty()));
@@ -153,6 +156,16 @@ impl ServerHandler for Fixture {
             }
             "extra" => CallToolResult::success(vec![ContentBlock::text("extra!")]),
             "dotted.name" => CallToolResult::success(vec![ContentBlock::text("dotted")]),
+            "env" => {
+                let lines: Vec<String> = text
+                    .split_whitespace()
+                    .map(|name| match std::env::var(name) {
+                        Ok(value) => format!("{name}={value}"),
+                        Err(_) => format!("{name} unset"),
+                    })
+                    .collect();
+                CallToolResult::success(vec![ContentBlock::text(lines.join("\n"))])
+            }
             other => return Err(ErrorData::invalid_params(format!("no tool named {other}"), None)),
         };
         Ok(result.into())
