@@ -23,7 +23,7 @@ use agent_client_protocol_schema::v1::{
 };
 use serde_json::{Value, json};
 
-use super::updates::SessionEvents;
+use super::updates::{self, Lines, SessionEvents};
 use super::{INVALID_PARAMS, RESOURCE_NOT_FOUND, RequestId, RpcError, Server, lock, options, parse_params};
 use crate::commands::{self, SlashCommand};
 use crate::model::Message;
@@ -304,8 +304,12 @@ impl Server {
         let available = commands
             .into_iter()
             .map(|command| {
-                let mut available = AvailableCommand::new(command.name, command.description);
+                // A project's command files are workspace content: what they
+                // say is shown escaped, like every title built from hostile text.
+                let description = updates::shown(&command.description, Lines::One).into_owned();
+                let mut available = AvailableCommand::new(command.name, description);
                 if let Some(hint) = command.hint {
+                    let hint = updates::shown(&hint, Lines::One).into_owned();
                     available =
                         available.input(AvailableCommandInput::Unstructured(UnstructuredCommandInput::new(hint)));
                 }

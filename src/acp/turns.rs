@@ -99,20 +99,31 @@ impl Server {
         {
             session.set_title(Some(title.clone()));
             self.save_meta(&session);
-            let info = SessionInfoUpdate::new().title(title).updated_at(now_rfc3339());
+            let shown = super::updates::shown(&title, super::updates::Lines::One).into_owned();
+            let info = SessionInfoUpdate::new().title(shown).updated_at(now_rfc3339());
             events.send_unrecorded(SessionUpdate::SessionInfoUpdate(info));
         }
-        match self.classify(&session, parts) {
+        match self.classify(&session, parts).await {
             Request::Turn(parts) => self.run_turn(turn, &events, parts).await,
             Request::Builtin(kind, arguments) => self.run_builtin(turn, &events, kind, &arguments).await,
         }
     }
 
-    /// A prompt that is a slash command becomes what the command does.
-    fn classify(&self, session: &crate::session::Session, parts: Vec<UserPart>) -> Request {
+    /// A prompt that is a slash command becomes what the command does. The
+    /// command files are read on a blocking thread: a workspace's files may
+    /// be slow (a network mount), and the turn's task must stay responsive.
+    async fn classify(&self, session: &crate::session::Session, parts: Vec<UserPart>) -> Request {
         let [UserPart::Text { text }] = parts.as_slice() else { return Request::Turn(parts) };
         let Some((name, arguments)) = commands::parse_invocation(text) else { return Request::Turn(parts) };
-        let available = commands::available(&session.setup().cwd, self.config.user_dir.as_deref());
+        let (cwd, user_dir) = (session.setup().cwd.clone(), self.config.user_dir.clone());
+        let available = match tokio::task::spawn_blocking(move || commands::available(&cwd, user_dir.as_deref())).await
+        {
+            Ok(available) => available,
+            Err(err) => {
+                tracing::warn!(%err, "reading the slash commands failed; sending the prompt as it is");
+                return Request::Turn(parts);
+            }
+        };
         match available.into_iter().find(|command| command.name == name).map(|command| command.kind) {
             Some(CommandKind::Custom { template }) => {
                 Request::Turn(vec![UserPart::Text { text: commands::expand(&template, arguments) }])

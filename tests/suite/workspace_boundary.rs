@@ -259,6 +259,37 @@ async fn hostile_command_files_are_skipped_without_wedging_the_agent() {
     assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
 }
 
+/// Defect 13, for the workspace's own text: a project command's description
+/// and argument hint reach the editor's command menu with control, ANSI and
+/// bidi characters escaped, like every title built from hostile text.
+#[tokio::test]
+async fn command_descriptions_are_shown_escaped() {
+    let mut h = Harness::start().await;
+    let commands = h.project.join(".lathe/commands");
+    std::fs::create_dir_all(&commands).unwrap();
+    std::fs::write(
+        commands.join("deploy.md"),
+        "---\ndescription: Safe \u{1b}[8mhidden\u{1b}[0m \u{202e}txt.exe\nargument-hint: <env\u{7}>\n---\nDeploy it.\n",
+    )
+    .unwrap();
+    let id = h.agent.request("initialize", json!({"protocolVersion": 1, "clientCapabilities": {}})).await;
+    h.agent.response(id).await;
+    let id = h.agent.request("session/new", json!({"cwd": h.project, "mcpServers": []})).await;
+    let (_, response) = h.agent.response(id).await;
+    assert!(response["result"]["sessionId"].is_string(), "{response}");
+    let update = h.agent.next_message(Duration::from_secs(20)).await.expect("the slash commands follow");
+    let deploy = update["params"]["update"]["availableCommands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|command| command["name"] == "deploy")
+        .cloned()
+        .expect("the deploy command is offered");
+    let description = deploy["description"].as_str().unwrap();
+    assert_eq!(description, "Safe \\u{1b}[8mhidden\\u{1b}[0m \\u{202e}txt.exe");
+    assert_eq!(deploy["input"]["hint"], "<env\\u{7}>");
+}
+
 /// Defect 16: `grep` on an explicit FIFO fails at once with a clear message,
 /// like `read_file` does, instead of hanging until cancelled.
 #[tokio::test]
