@@ -541,7 +541,7 @@ fn mcp_server(server: &agent_client_protocol_schema::v1::McpServer) -> Option<cr
             return None;
         }
     };
-    Some(crate::config::McpServer { name, transport })
+    Some(crate::config::McpServer { name, transport, sandbox: false })
 }
 
 fn absolute_dir(path: &std::path::Path, field: &str) -> Result<PathBuf, RpcError> {
