@@ -33,10 +33,13 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
+use crate::config::{SANDBOX_UNAVAILABLE_ENV, SandboxMode, SandboxSettings};
+
 /// Device files and scratch space every sandboxed command may write: output
 /// thrown away, terminals, and the shared memory directory programs use
 /// like the temp directory (POSIX semaphores, Python's multiprocessing).
-const ALWAYS_WRITABLE: [&str; 7] = ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/pts", "/dev/ptmx", "/dev/shm"];
+const ALWAYS_WRITABLE: [&str; 7] =
+    ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/pts", "/dev/ptmx", "/dev/shm"];
 
 /// The trampoline's flag that turns the sandbox on.
 pub const SANDBOX_FLAG: &str = "--sandbox";
@@ -187,7 +190,10 @@ pub fn restrict_self(policy: &SandboxPolicy) -> Result<Status, SandboxError> {
             } else {
                 "TCP is not restricted, so `network = false` does not hold (Linux 6.7 or later restricts it)"
             };
-            Status { enforcement: Enforcement::Partial, detail: format!("Landlock ABI {abi}: partly enforced: {missing}") }
+            Status {
+                enforcement: Enforcement::Partial,
+                detail: format!("Landlock ABI {abi}: partly enforced: {missing}"),
+            }
         }
         RulesetStatus::NotEnforced => Status::unavailable(format!("Landlock ABI {abi} enforced nothing")),
     })
@@ -221,6 +227,127 @@ pub fn probe(network: bool) -> Status {
         .clone()
 }
 
+/// How a session's commands relate to the sandbox: what the permission
+/// policy needs to know.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Confinement {
+    /// `[sandbox] mode = "required"` and fully enforced: every command runs
+    /// in the sandbox (full-auto too), and none may leave it.
+    Required,
+    /// Fully enforced: commands run in it, except in full-auto and when the
+    /// user lets one out.
+    Enforced,
+    /// Partly enforced (an older kernel): commands still run in it as above,
+    /// but nothing runs unasked on its strength.
+    Partial,
+    /// No sandbox: `[sandbox] mode = "off"`, or none is available here.
+    Off,
+    /// `required`, and the sandbox is not fully enforced: commands are
+    /// refused. Says why.
+    Refused(String),
+}
+
+impl Confinement {
+    /// Whether commands run in a sandbox (all or some of them).
+    pub fn in_use(&self) -> bool {
+        match self {
+            Confinement::Required | Confinement::Enforced | Confinement::Partial => true,
+            Confinement::Off | Confinement::Refused(_) => false,
+        }
+    }
+}
+
+/// A session's sandbox: the configured mode, the policy for its roots, and
+/// what this machine enforces of it.
+#[derive(Debug, Clone)]
+pub struct SessionSandbox {
+    mode: SandboxMode,
+    policy: SandboxPolicy,
+    status: Status,
+}
+
+impl SessionSandbox {
+    /// The sandbox for a session with these `roots`. `trampoline` says
+    /// whether lathe's own executable is known (without it nothing can be
+    /// sandboxed). Probes the kernel once per process.
+    pub fn new(settings: &SandboxSettings, roots: &[PathBuf], trampoline: bool) -> SessionSandbox {
+        let policy = SandboxPolicy::for_session(roots, &settings.writable, settings.network);
+        let status = if settings.mode == SandboxMode::Off {
+            Status::unavailable("`[sandbox] mode = \"off\"`")
+        } else if settings.force_unavailable {
+            Status::unavailable(format!("{SANDBOX_UNAVAILABLE_ENV}=1 is set"))
+        } else if !trampoline {
+            Status::unavailable("lathe's own executable is unknown, and the sandbox is applied by it")
+        } else {
+            probe(settings.network)
+        };
+        SessionSandbox { mode: settings.mode, policy, status }
+    }
+
+    /// What the permission policy needs to know.
+    pub fn confinement(&self) -> Confinement {
+        match (self.mode, self.status.enforcement) {
+            (SandboxMode::Off, _) | (SandboxMode::Auto, Enforcement::None) => Confinement::Off,
+            (SandboxMode::Auto, Enforcement::Full) => Confinement::Enforced,
+            (SandboxMode::Auto, Enforcement::Partial) => Confinement::Partial,
+            (SandboxMode::Required, Enforcement::Full) => Confinement::Required,
+            (SandboxMode::Required, Enforcement::Partial | Enforcement::None) => {
+                Confinement::Refused(self.status.detail.clone())
+            }
+        }
+    }
+
+    /// The policy to run a process under, or why none can be used.
+    pub fn policy(&self) -> Result<&SandboxPolicy, String> {
+        match self.confinement() {
+            Confinement::Required | Confinement::Enforced | Confinement::Partial => Ok(&self.policy),
+            Confinement::Off | Confinement::Refused(_) => {
+                Err(format!("the sandbox is not available: {}", self.status.detail))
+            }
+        }
+    }
+
+    /// What the machine enforces.
+    pub fn status(&self) -> &Status {
+        &self.status
+    }
+
+    /// What the user should be told once per session: that the sandbox is
+    /// weaker than asked for, and what lathe does about it. `None` when it
+    /// is fully enforced or turned off.
+    pub fn notice(&self) -> Option<(String, String)> {
+        let detail = &self.status.detail;
+        match self.confinement() {
+            Confinement::Required | Confinement::Enforced | Confinement::Off => None,
+            Confinement::Partial => Some((
+                "The command sandbox is only partly enforced".to_owned(),
+                format!(
+                    "{detail}. Commands still run in it, but in auto mode each one asks first, as lathe cannot \
+                     promise what the sandbox would not hold."
+                ),
+            )),
+            Confinement::Refused(_) => Some((
+                "Commands are refused: the sandbox is required but not available".to_owned(),
+                format!(
+                    "{detail}. With `[sandbox] mode = \"required\"`, lathe runs no shell command and starts no \
+                     sandboxed MCP server without a fully enforced sandbox."
+                ),
+            )),
+        }
+        .or_else(|| {
+            (self.mode == SandboxMode::Auto && self.status.enforcement == Enforcement::None).then(|| {
+                (
+                    "Commands run without a sandbox".to_owned(),
+                    format!(
+                        "The sandbox is not available: {detail}. Commands run unconfined, so in auto mode each one \
+                         asks first; MCP servers marked `sandbox = true` do not start."
+                    ),
+                )
+            })
+        })
+    }
+}
+
 /// Phrases a refusal by the sandbox shows up as: EACCES ("Permission
 /// denied", which Landlock gives for a write outside the policy and for a
 /// refused connect) and EPERM ("Operation not permitted", which some tools
@@ -235,18 +362,20 @@ const QUOTED_CHARS: usize = 200;
 /// access error counts, and the caller says what it saw, not that the sandbox
 /// did it.
 pub fn suspected_denial(output: &str) -> Option<String> {
-    output.lines().find(|line| {
-        let lower = line.to_lowercase();
-        DENIAL_PHRASES.iter().any(|phrase| lower.contains(phrase))
-    })
-    .map(|line| {
-        let line = line.trim();
-        let mut quoted: String = line.chars().take(QUOTED_CHARS).collect();
-        if line.chars().count() > QUOTED_CHARS {
-            quoted.push('…');
-        }
-        quoted
-    })
+    output
+        .lines()
+        .find(|line| {
+            let lower = line.to_lowercase();
+            DENIAL_PHRASES.iter().any(|phrase| lower.contains(phrase))
+        })
+        .map(|line| {
+            let line = line.trim();
+            let mut quoted: String = line.chars().take(QUOTED_CHARS).collect();
+            if line.chars().count() > QUOTED_CHARS {
+                quoted.push('…');
+            }
+            quoted
+        })
 }
 
 #[cfg(all(test, target_os = "linux"))]
@@ -255,6 +384,7 @@ mod tests {
 
     /// Runs `body` on a thread restricted to `policy` (Landlock restricts
     /// the calling thread only, so the test process stays free).
+    #[allow(clippy::unwrap_used)]
     fn in_sandbox<T: Send + 'static>(policy: SandboxPolicy, body: impl FnOnce() -> T + Send + 'static) -> (Status, T) {
         std::thread::spawn(move || {
             let status = restrict_self(&policy).unwrap();
@@ -266,6 +396,7 @@ mod tests {
 
     /// The kernel must have Landlock for these tests to mean anything; where
     /// it has none, the test says so and checks that nothing is claimed.
+    #[allow(clippy::print_stderr)]
     fn landlock_here() -> bool {
         let status = probe(true);
         if status.enforcement == Enforcement::None {
@@ -328,7 +459,8 @@ mod tests {
 
     #[test]
     fn the_policy_as_arguments() {
-        let policy = SandboxPolicy::for_session(&[PathBuf::from("/p"), PathBuf::from("/p")], &[PathBuf::from("/c")], false);
+        let policy =
+            SandboxPolicy::for_session(&[PathBuf::from("/p"), PathBuf::from("/p")], &[PathBuf::from("/c")], false);
         let temp = std::env::temp_dir();
         assert_eq!(policy.writable(), [PathBuf::from("/p"), temp.clone(), PathBuf::from("/c")]);
         let args: Vec<OsString> = policy.as_args();
