@@ -203,7 +203,7 @@ async fn auto_mode_runs_commands_sandboxed_and_asks_to_leave() {
     assert!(denied.contains("Permission denied"), "{denied}");
     assert!(denied.contains("[lathe] This command ran in the sandbox"), "{denied}");
     assert!(denied.contains("outside_sandbox: true"), "{denied}");
-    assert_eq!(last_update(&before, "call_2")["rawOutput"]["sandbox_denial_suspected"].is_string(), true);
+    assert!(last_update(&before, "call_2")["rawOutput"]["sandbox_denial_suspected"].is_string());
     assert_eq!(final_status(&before, "call_3"), "completed");
     assert!(target.exists(), "allowed outside, it wrote outside");
     assert!(last_update(&before, "call_3")["rawOutput"].get("sandboxed").is_none());
