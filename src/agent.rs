@@ -465,8 +465,9 @@ impl Turn<'_> {
             },
         );
         let verdict = lock(workspace.policy).judge(&description.access, workspace.roots);
-        // Whether the user said yes to this very call.
+        // Whether the user said yes to this very call, and how.
         let mut approved = false;
+        let mut answered = None;
         match verdict {
             Verdict::Allow => {}
             Verdict::Deny(reason) => {
@@ -497,8 +498,9 @@ impl Turn<'_> {
                     },
                 };
                 lock(workspace.policy).remember(&description.access, workspace.roots, answer);
+                answered = Some(answer);
                 match answer {
-                    Answer::AllowOnce | Answer::AllowAlways => approved = true,
+                    Answer::AllowOnce | Answer::AllowAlways | Answer::AllowOutside => approved = true,
                     Answer::RejectOnce | Answer::RejectAlways => {
                         let message = "The user declined this tool call. Do not retry it as is; \
                                        ask the user how to proceed or take another approach."
@@ -516,6 +518,9 @@ impl Turn<'_> {
         if let (Runnable::Builtin(prepared), Access::Fetch { .. }) = (&mut runnable, &description.access) {
             let remembered = lock(workspace.policy).fetch_hosts();
             prepared.set_host_trust(HostTrust { remembered, approved });
+        }
+        if let (Runnable::Builtin(prepared), Access::Execute { .. }) = (&mut runnable, &description.access) {
+            prepared.set_sandboxed(lock(workspace.policy).runs_sandboxed(&description.access, answered));
         }
         self.update(&call.id, ToolCallChange { status: Some(ToolCallStatus::InProgress), ..ToolCallChange::default() });
         let call_id = call.id.clone();

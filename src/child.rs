@@ -1,7 +1,5 @@
-//! How lathe starts a process: the environment it gets, and the supervision
-//! that keeps it from outliving lathe. (The sandbox of issue 14 is meant to
-//! be applied here too: the trampoline below is where a restriction would be
-//! put on before the command starts.)
+//! How lathe starts a process: the environment it gets, the supervision
+//! that keeps it from outliving lathe, and the sandbox it may run in.
 //!
 //! # Environment
 //!
@@ -37,6 +35,16 @@
 //! grace period after SIGTERM still holds). The program is started with
 //! `posix_spawn`, which gives it an empty signal mask and default signal
 //! actions: std's `Command` would pass the trampoline's blocked signals on.
+//!
+//! # Sandbox
+//!
+//! A process started sandboxed gets the session's [`SandboxPolicy`] as
+//! trampoline arguments (`--sandbox --write <path>... [--no-network]`); the
+//! trampoline restricts itself with Landlock (see `crate::sandbox`) before it
+//! starts the program, and refuses to start it when nothing could be
+//! enforced. The restriction is inherited by the program and everything it
+//! starts. A sandboxed process is never started another way: when the
+//! trampoline is unknown or cannot be started, the start fails.
 //!
 //! Commands in an editor terminal go through the same trampoline without
 //! `--parent`: it removes the secrets from the editor's environment and
@@ -74,7 +82,8 @@ use std::time::Duration;
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use tokio::process::{Child, Command};
 
-use crate::config::ChildSettings;
+use crate::config::{ChildSettings, SandboxSettings};
+use crate::sandbox::{Confinement, Enforcement, SandboxPolicy, SessionSandbox};
 
 /// The hidden subcommand of the `lathe` binary that runs [`sandbox_exec`].
 pub const TRAMPOLINE_SUBCOMMAND: &str = "sandbox-exec";
@@ -154,6 +163,7 @@ fn glob_set(patterns: &[String]) -> Result<GlobSet, globset::Error> {
 pub struct Launcher {
     supervisor: Option<PathBuf>,
     env: EnvRule,
+    sandbox: Option<SessionSandbox>,
 }
 
 impl Launcher {
@@ -164,7 +174,36 @@ impl Launcher {
             tracing::warn!(%err, "ignoring the [child_env] patterns");
             EnvRule::new(&settings.secret_vars, &[], &[]).unwrap_or_default()
         });
-        Launcher { supervisor: settings.supervisor.clone(), env }
+        Launcher { supervisor: settings.supervisor.clone(), env, sandbox: None }
+    }
+
+    /// The launcher for a session with these `roots`: as [`Launcher::new`],
+    /// with the session's sandbox (see `crate::sandbox`).
+    pub fn for_session(children: &ChildSettings, sandbox: &SandboxSettings, roots: &[PathBuf]) -> Launcher {
+        let mut launcher = Launcher::new(children);
+        launcher.sandbox = Some(SessionSandbox::new(sandbox, roots, launcher.supervisor.is_some()));
+        launcher
+    }
+
+    /// The session's sandbox, if this launcher has one.
+    pub fn sandbox(&self) -> Option<&SessionSandbox> {
+        self.sandbox.as_ref()
+    }
+
+    /// How the session's commands relate to the sandbox.
+    pub fn confinement(&self) -> Confinement {
+        self.sandbox.as_ref().map_or(Confinement::Off, SessionSandbox::confinement)
+    }
+
+    /// The policy a sandboxed start uses, with the trampoline that applies it.
+    fn sandbox_policy(&self) -> std::io::Result<(&Path, &SandboxPolicy)> {
+        let unavailable = |why: String| std::io::Error::other(why);
+        let sandbox = self.sandbox.as_ref().ok_or_else(|| unavailable("this session has no sandbox".to_owned()))?;
+        let policy = sandbox.policy().map_err(unavailable)?;
+        let supervisor = self.supervisor.as_deref().ok_or_else(|| {
+            unavailable("the sandbox is applied by lathe's own executable, which is unknown".to_owned())
+        })?;
+        Ok((supervisor, policy))
     }
 
     /// Starts children directly (no trampoline), removing only the secret
@@ -175,6 +214,7 @@ impl Launcher {
         LAUNCHER.get_or_init(|| Launcher {
             supervisor: None,
             env: EnvRule::new(&[ALWAYS_SECRET.to_owned()], &[], &[]).unwrap_or_default(),
+            sandbox: None,
         })
     }
 
@@ -188,17 +228,24 @@ impl Launcher {
     /// group's id), killed (SIGKILL) if the returned child is dropped while
     /// it runs. `setup` sets the rest (directory, stdio, added variables,
     /// which win over the rule). If the trampoline cannot be started (lathe's
-    /// executable was removed, say), the program is started directly.
-    pub fn spawn(&self, program: &str, args: &[String], setup: impl Fn(&mut Command)) -> std::io::Result<Child> {
+    /// executable was removed, say), the program is started directly, unless
+    /// it was to be `sandboxed`: that start fails instead, as it does when
+    /// the session's sandbox is not available.
+    pub fn spawn(
+        &self,
+        program: &str,
+        args: &[String],
+        sandboxed: bool,
+        setup: impl Fn(&mut Command),
+    ) -> std::io::Result<Child> {
+        if sandboxed {
+            let (supervisor, policy) = self.sandbox_policy()?;
+            let mut command = self.trampoline(supervisor, program, args, Some(policy));
+            setup(&mut command);
+            return command.spawn();
+        }
         if let Some(supervisor) = &self.supervisor {
-            let mut command = self.command(supervisor.as_os_str());
-            command
-                .arg(TRAMPOLINE_SUBCOMMAND)
-                .arg("--parent")
-                .arg(std::process::id().to_string())
-                .arg("--")
-                .arg(program)
-                .args(args);
+            let mut command = self.trampoline(supervisor, program, args, None);
             setup(&mut command);
             match command.spawn() {
                 Ok(child) => return Ok(child),
@@ -213,20 +260,54 @@ impl Launcher {
         command.spawn()
     }
 
+    /// `lathe sandbox-exec --parent <pid> [sandbox] -- program args`.
+    fn trampoline(
+        &self,
+        supervisor: &Path,
+        program: &str,
+        args: &[String],
+        sandbox: Option<&SandboxPolicy>,
+    ) -> Command {
+        let mut command = self.command(supervisor.as_os_str());
+        command.arg(TRAMPOLINE_SUBCOMMAND).arg("--parent").arg(std::process::id().to_string());
+        if let Some(policy) = sandbox {
+            command.args(policy.as_args());
+        }
+        command.arg("--").arg(program).args(args);
+        command
+    }
+
     /// The program and arguments to hand an editor terminal for `program
     /// args`: through the trampoline (which removes the secrets from the
-    /// editor's environment and `exec`s it) when lathe's executable is known.
-    pub fn for_terminal(&self, program: &str, args: &[String]) -> (String, Vec<String>) {
+    /// editor's environment, applies the sandbox when `sandboxed`, and
+    /// `exec`s it) when lathe's executable is known. Fails when it was to be
+    /// sandboxed and cannot be.
+    pub fn for_terminal(
+        &self,
+        program: &str,
+        args: &[String],
+        sandboxed: bool,
+    ) -> std::io::Result<(String, Vec<String>)> {
+        let policy = if sandboxed { Some(self.sandbox_policy()?.1) } else { None };
         match self.supervisor.as_deref().and_then(Path::to_str) {
             Some(supervisor) => {
                 let mut wrapped = vec![TRAMPOLINE_SUBCOMMAND.to_owned()];
                 wrapped.extend(self.env.as_args());
+                if let Some(policy) = policy {
+                    // ACP carries arguments as strings: a path that is not
+                    // UTF-8 becomes one that does not exist, so it is not
+                    // writable (the sandbox only gets stricter).
+                    wrapped.extend(policy.as_args().iter().map(|arg| arg.to_string_lossy().into_owned()));
+                }
                 wrapped.push("--".to_owned());
                 wrapped.push(program.to_owned());
                 wrapped.extend(args.iter().cloned());
-                (supervisor.to_owned(), wrapped)
+                Ok((supervisor.to_owned(), wrapped))
             }
-            None => (program.to_owned(), args.to_vec()),
+            None if sandboxed => {
+                Err(std::io::Error::other("the sandbox is applied by lathe's own executable, which is unknown"))
+            }
+            None => Ok((program.to_owned(), args.to_vec())),
         }
     }
 
@@ -258,6 +339,17 @@ pub struct SandboxExecArgs {
     /// A glob of variables `--remove` leaves alone.
     #[arg(long = "keep", value_name = "GLOB")]
     pub keep: Vec<String>,
+    /// Restrict this process and the command with Landlock first: writes
+    /// only beneath the `--write` paths; refuse to run when nothing can be
+    /// enforced.
+    #[arg(long)]
+    pub sandbox: bool,
+    /// A path the sandboxed command may write beneath.
+    #[arg(long = "write", value_name = "PATH", requires = "sandbox")]
+    pub writable: Vec<PathBuf>,
+    /// Deny the sandboxed command TCP connect and bind.
+    #[arg(long = "no-network", requires = "sandbox")]
+    pub no_network: bool,
     /// The program and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
@@ -280,6 +372,9 @@ pub enum TrampolineError {
     /// A system call the supervision needs failed.
     #[error("cannot supervise the command: {0}")]
     Supervise(String),
+    /// The sandbox could not be put on; the command did not run.
+    #[error("cannot sandbox the command, so it was not run: {0}")]
+    Sandbox(String),
 }
 
 /// `lathe sandbox-exec`: runs the command with the environment rule of its
@@ -292,6 +387,15 @@ pub fn sandbox_exec(args: SandboxExecArgs) -> Result<ExitCode, TrampolineError> 
         return Err(TrampolineError::Start { program: String::new(), source: std::io::ErrorKind::InvalidInput.into() });
     };
     let start_error = |source| TrampolineError::Start { program: program.to_string_lossy().into_owned(), source };
+    if args.sandbox {
+        // Before any thread is started: Landlock restricts the calling
+        // thread, and what it starts from then on.
+        let policy = SandboxPolicy::new(args.writable.clone(), !args.no_network);
+        let status = crate::sandbox::restrict_self(&policy).map_err(|err| TrampolineError::Sandbox(err.to_string()))?;
+        if status.enforcement == Enforcement::None {
+            return Err(TrampolineError::Sandbox(status.detail));
+        }
+    }
     match args.parent {
         None => {
             let mut command = std::process::Command::new(program);
@@ -486,7 +590,7 @@ mod tests {
             keep_env: vec!["GH_TOKEN".to_owned()],
         };
         let args = ["-c".to_owned(), "echo hi".to_owned()];
-        let (program, wrapped) = Launcher::new(&settings).for_terminal("sh", &args);
+        let (program, wrapped) = Launcher::new(&settings).for_terminal("sh", &args, false).unwrap();
         assert_eq!(program, "/opt/lathe");
         assert_eq!(
             wrapped,
@@ -504,8 +608,29 @@ mod tests {
                 "echo hi"
             ]
         );
-        let (program, plain) = Launcher::unsupervised().for_terminal("sh", &args);
+        let (program, plain) = Launcher::unsupervised().for_terminal("sh", &args, false).unwrap();
         assert_eq!((program.as_str(), plain.as_slice()), ("sh", &args[..]));
+
+        // Sandboxed: the session's policy follows the rule, before the command.
+        let sandbox = SandboxSettings { network: false, ..SandboxSettings::default() };
+        let launcher = Launcher::for_session(&settings, &sandbox, &[PathBuf::from("/work/p")]);
+        let Ok(policy) = launcher.sandbox().unwrap().policy() else {
+            eprintln!("NOTE: no sandbox on this machine; checking that a sandboxed terminal is refused");
+            assert!(launcher.for_terminal("sh", &args, true).is_err());
+            return;
+        };
+        let (_, wrapped) = launcher.for_terminal("sh", &args, true).unwrap();
+        let policy_args: Vec<String> = policy.as_args().iter().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert_eq!(policy_args[..3], ["--sandbox", "--write", "/work/p"]);
+        assert_eq!(policy_args.last().map(String::as_str), Some("--no-network"));
+        let dashes = wrapped.iter().position(|arg| arg == "--").unwrap();
+        assert_eq!(wrapped[dashes - policy_args.len()..dashes], policy_args[..]);
+        assert_eq!(wrapped[dashes + 1..], ["sh", "-c", "echo hi"]);
+        // Without a trampoline nothing is sandboxed, and nothing says it is.
+        let unsupervised = ChildSettings { supervisor: None, ..settings };
+        let launcher = Launcher::for_session(&unsupervised, &sandbox, &[PathBuf::from("/work/p")]);
+        assert_eq!(launcher.confinement(), Confinement::Off);
+        assert!(launcher.for_terminal("sh", &args, true).is_err());
     }
 
     /// Unsupervised children still lose the secrets and lead their own group.
@@ -530,7 +655,7 @@ mod tests {
         // It waits for its stdin to close, so that its group can be looked at.
         let script = format!("echo \"secret=${{{secret}-unset}} added=$ADDED\"; read line");
         let mut child = launcher
-            .spawn("/bin/sh", &["-c".to_owned(), script], |command| {
+            .spawn("/bin/sh", &["-c".to_owned(), script], false, |command| {
                 command.env("ADDED", "yes").stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped());
             })
             .unwrap();

@@ -49,6 +49,58 @@ pub struct Config {
     pub data_dir: Option<PathBuf>,
     /// How lathe starts processes (`[child_env]`, and lathe's own executable).
     pub children: ChildSettings,
+    /// The sandbox commands run in (`[sandbox]`, see `crate::sandbox`).
+    pub sandbox: SandboxSettings,
+}
+
+/// Environment variable that, set to `1`, makes lathe act as if the sandbox
+/// were unavailable on this machine. For tests of the fallback; documented
+/// in the README.
+pub const SANDBOX_UNAVAILABLE_ENV: &str = "LATHE_SANDBOX_UNAVAILABLE";
+
+/// Whether lathe sandboxes the commands it runs (`[sandbox] mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxMode {
+    /// Sandbox commands where the machine allows it; where it does not, say
+    /// so and ask before commands that would have run without asking.
+    #[default]
+    Auto,
+    /// Never sandbox commands.
+    Off,
+    /// Run commands only in a fully enforced sandbox; refuse them otherwise.
+    Required,
+}
+
+impl SandboxMode {
+    /// The value as written in the config file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxMode::Auto => "auto",
+            SandboxMode::Off => "off",
+            SandboxMode::Required => "required",
+        }
+    }
+}
+
+/// `[sandbox]`: the policy every session's commands run under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxSettings {
+    /// Whether to sandbox at all.
+    pub mode: SandboxMode,
+    /// Whether sandboxed commands may open TCP connections and listen.
+    pub network: bool,
+    /// Paths writable besides the session roots and the temp directory,
+    /// absolute (`~/` expanded at load).
+    pub writable: Vec<PathBuf>,
+    /// Act as if the sandbox were unavailable ([`SANDBOX_UNAVAILABLE_ENV`]).
+    pub force_unavailable: bool,
+}
+
+impl Default for SandboxSettings {
+    fn default() -> Self {
+        Self { mode: SandboxMode::Auto, network: true, writable: Vec::new(), force_unavailable: false }
+    }
 }
 
 /// How lathe starts processes: what they inherit and who supervises them
@@ -337,6 +389,8 @@ pub struct McpServer {
     pub name: String,
     /// How to reach it.
     pub transport: McpTransport,
+    /// Whether a local server runs in the sandbox (`sandbox = true`).
+    pub sandbox: bool,
 }
 
 /// How an MCP server is reached.
@@ -444,6 +498,17 @@ struct ConfigToml {
     tools: ToolsToml,
     #[serde(default)]
     child_env: ChildEnvToml,
+    #[serde(default)]
+    sandbox: SandboxToml,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct SandboxToml {
+    mode: Option<SandboxMode>,
+    network: Option<bool>,
+    #[serde(default)]
+    writable: Vec<String>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -478,6 +543,7 @@ struct McpServerToml {
     transport: Option<McpTransportToml>,
     headers: Option<BTreeMap<String, String>>,
     bearer_token_env: Option<String>,
+    sandbox: Option<bool>,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -636,6 +702,7 @@ impl Config {
             user_dir: user_dir(env),
             data_dir: None,
             children: ChildSettings { secret_vars: vec![OPENAI_KEY_ENV.to_owned()], ..ChildSettings::default() },
+            sandbox: SandboxSettings { force_unavailable: sandbox_forced_off(env), ..SandboxSettings::default() },
         }
     }
 
@@ -844,6 +911,7 @@ impl Config {
         };
         let children = child_settings(&raw.child_env, &models, &raw.mcp_servers)
             .map_err(|(key, message)| invalid(&key, message))?;
+        let sandbox = sandbox_settings(&raw.sandbox, env).map_err(|(key, message)| invalid(&key, message))?;
         let mcp_servers = raw
             .mcp_servers
             .into_iter()
@@ -863,6 +931,7 @@ impl Config {
             user_dir: user_dir(env),
             data_dir: None,
             children,
+            sandbox,
         })
     }
 
@@ -899,6 +968,43 @@ fn child_settings(
     secret_vars.sort();
     secret_vars.dedup();
     Ok(ChildSettings { supervisor: None, secret_vars, remove_env: raw.remove.clone(), keep_env: raw.keep.clone() })
+}
+
+/// Whether the environment asks lathe to act as if it had no sandbox.
+fn sandbox_forced_off(env: &dyn Fn(&str) -> Option<String>) -> bool {
+    env(SANDBOX_UNAVAILABLE_ENV).is_some_and(|value| value == "1")
+}
+
+/// `[sandbox]` checked: each writable path absolute or under `~/`.
+fn sandbox_settings(
+    raw: &SandboxToml,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<SandboxSettings, (String, String)> {
+    let home = env("HOME").filter(|home| !home.is_empty()).map(PathBuf::from);
+    let mut writable = Vec::new();
+    for path in &raw.writable {
+        let expanded = match (path.strip_prefix("~/").or_else(|| (path == "~").then_some("")), &home) {
+            (Some(rest), Some(home)) => home.join(rest),
+            (Some(_), None) => {
+                return Err(("sandbox.writable".to_owned(), format!("\"{path}\" starts with ~ but HOME is not set")));
+            }
+            (None, _) => PathBuf::from(path),
+        };
+        if !expanded.is_absolute() {
+            return Err((
+                "sandbox.writable".to_owned(),
+                format!("\"{path}\" is not an absolute path (start it with / or ~/)"),
+            ));
+        }
+        writable.push(expanded);
+    }
+    let defaults = SandboxSettings::default();
+    Ok(SandboxSettings {
+        mode: raw.mode.unwrap_or(defaults.mode),
+        network: raw.network.unwrap_or(defaults.network),
+        writable,
+        force_unavailable: sandbox_forced_off(env),
+    })
 }
 
 /// One `[mcp_servers.<name>]` table, checked: a `command` (stdio) or a `url`
@@ -948,6 +1054,7 @@ fn mcp_server(
             for (present, key) in [
                 (raw.args.is_some(), "args"),
                 (raw.env.is_some(), "env"),
+                (raw.sandbox.is_some(), "sandbox"),
                 (matches!(raw.transport, Some(McpTransportToml::Stdio)), "transport"),
             ] {
                 if present {
@@ -977,7 +1084,7 @@ fn mcp_server(
             }
         }
     };
-    Ok(McpServer { name, transport })
+    Ok(McpServer { name, transport, sandbox: raw.sandbox.unwrap_or(false) })
 }
 
 /// lathe's own config directory: `$XDG_CONFIG_HOME/lathe`, else `~/.config/lathe`.

@@ -17,6 +17,7 @@
 //! prompt      the system prompt from prompts/*.md
 //! child       how a process is started: scrubbed environment, supervision
 //!             (the `lathe sandbox-exec` trampoline), its own process group
+//! sandbox     the Landlock policy commands run under, applied by the trampoline
 //! fs_guard    the path authority: every file touch judged on its final target,
 //!             done on the object judged; the reader for untrusted workspace files
 //! config      TOML / environment -> validated Config
@@ -43,6 +44,7 @@ pub mod model;
 pub mod permission;
 pub mod prompt;
 pub mod rpc;
+pub mod sandbox;
 pub mod session;
 pub mod store;
 pub mod tools;

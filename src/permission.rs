@@ -1,6 +1,14 @@
 //! The permission policy: which tool calls run without asking, which ask the
-//! user, and which are refused, given the session mode, the session roots and
-//! the "always" answers the user already gave. Pure and table-tested.
+//! user, and which are refused, given the session mode, the session roots,
+//! the "always" answers the user already gave and what the command sandbox
+//! amounts to ([`Confinement`]); and which commands run in the sandbox
+//! ([`Policy::runs_sandboxed`]). Pure and table-tested.
+//!
+//! With a sandbox in use, a command runs in it unless the mode is full-auto
+//! or the user let it out: by answering "Allow outside the sandbox", or by
+//! allowing a call the model made with `outside_sandbox` (which always
+//! asks, whatever was remembered). `[sandbox] mode = "required"` keeps every
+//! command in, full-auto too, and refuses every request to leave.
 //!
 //! Also the [`Approver`] seam through which the agent asks the user; `acp`
 //! implements it with `session/request_permission`. This module knows tool
@@ -12,6 +20,7 @@ use std::path::PathBuf;
 use futures_util::future::BoxFuture;
 
 use crate::fs_guard::Target;
+use crate::sandbox::Confinement;
 use crate::tools::shell::CommandRule;
 use crate::tools::{Access, DisplayContent, Location, Tool, ToolKind, paths, shell};
 
@@ -24,13 +33,17 @@ pub enum Mode {
     Ask,
     /// Edits inside the project without asking; commands still ask.
     AcceptEdits,
+    /// Edits inside the project and commands in a fully enforced sandbox
+    /// without asking; leaving the sandbox asks. Without such a sandbox,
+    /// commands ask.
+    Auto,
     /// Nothing asks.
     FullAuto,
 }
 
 impl Mode {
     /// Every mode, in the order editors list them.
-    pub const ALL: [Mode; 4] = [Mode::ReadOnly, Mode::Ask, Mode::AcceptEdits, Mode::FullAuto];
+    pub const ALL: [Mode; 5] = [Mode::ReadOnly, Mode::Ask, Mode::AcceptEdits, Mode::Auto, Mode::FullAuto];
 
     /// The id used on the wire.
     pub fn id(self) -> &'static str {
@@ -38,6 +51,7 @@ impl Mode {
             Mode::ReadOnly => "read-only",
             Mode::Ask => "ask",
             Mode::AcceptEdits => "accept-edits",
+            Mode::Auto => "auto",
             Mode::FullAuto => "full-auto",
         }
     }
@@ -48,6 +62,7 @@ impl Mode {
             Mode::ReadOnly => "Read only",
             Mode::Ask => "Ask",
             Mode::AcceptEdits => "Accept edits",
+            Mode::Auto => "Auto (sandboxed)",
             Mode::FullAuto => "Full auto",
         }
     }
@@ -58,7 +73,10 @@ impl Mode {
             Mode::ReadOnly => "Read and search only; no file changes, no commands",
             Mode::Ask => "Ask before every file change and every command",
             Mode::AcceptEdits => "Change files in the project without asking; ask before commands",
-            Mode::FullAuto => "Change files and run commands without asking",
+            Mode::Auto => {
+                "Change files in the project and run commands in the sandbox without asking; ask to leave the sandbox"
+            }
+            Mode::FullAuto => "Change files and run commands without asking, outside the sandbox",
         }
     }
 
@@ -86,6 +104,8 @@ pub enum Answer {
     AllowOnce,
     /// Run this call and similar ones from now on.
     AllowAlways,
+    /// Run this command, outside the sandbox, this once.
+    AllowOutside,
     /// Do not run this call.
     RejectOnce,
     /// Do not run this call nor similar ones from now on.
@@ -97,7 +117,7 @@ pub enum Answer {
 impl Answer {
     /// Whether the call may run.
     pub fn allows(self) -> bool {
-        matches!(self, Answer::AllowOnce | Answer::AllowAlways)
+        matches!(self, Answer::AllowOnce | Answer::AllowAlways | Answer::AllowOutside)
     }
 }
 
@@ -134,7 +154,7 @@ impl Rule {
     /// Whether this rule covers a call with this access.
     fn covers(&self, access: &Access, roots: &[PathBuf]) -> bool {
         match (self, access) {
-            (Rule::Command(rule), Access::Execute { command, cwd }) => rule.covers(command, cwd, roots),
+            (Rule::Command(rule), Access::Execute { command, cwd, .. }) => rule.covers(command, cwd, roots),
             (Rule::CommandPrefix(prefix), Access::Execute { command, .. }) => shell::matches_prefix(command, prefix),
             (Rule::Command(_) | Rule::CommandPrefix(_), _) => false,
             (Rule::Tool(..) | Rule::External { .. } | Rule::FetchHost(_), _) => {
@@ -148,6 +168,7 @@ impl Rule {
 #[derive(Debug, Clone)]
 pub struct Policy {
     mode: Mode,
+    confinement: Confinement,
     allowed: HashSet<Rule>,
     rejected: HashSet<Rule>,
 }
@@ -157,6 +178,9 @@ impl Default for Policy {
         Self::new(Mode::Ask)
     }
 }
+
+/// The option id of "Allow outside the sandbox".
+pub const ALLOW_OUTSIDE: &str = "allow_outside";
 
 /// The message a refused write or command sends back to the model in read-only mode.
 const READ_ONLY_REFUSAL: &str = "The session is in read-only mode: file changes and commands are not allowed. \
@@ -170,7 +194,25 @@ another mode.";
 impl Policy {
     /// A policy in `mode` with nothing remembered.
     pub fn new(mode: Mode) -> Self {
-        Self { mode, allowed: HashSet::new(), rejected: HashSet::new() }
+        Self { mode, confinement: Confinement::Off, allowed: HashSet::new(), rejected: HashSet::new() }
+    }
+
+    /// Says what the command sandbox amounts to (no sandbox until told).
+    pub fn set_confinement(&mut self, confinement: Confinement) {
+        self.confinement = confinement;
+    }
+
+    /// Whether a call with this access, allowed (by the policy, or by the
+    /// user's `answer`), runs in the sandbox. Only commands do.
+    pub fn runs_sandboxed(&self, access: &Access, answer: Option<Answer>) -> bool {
+        let Access::Execute { outside, .. } = access else { return false };
+        match self.confinement {
+            Confinement::Required => true,
+            Confinement::Enforced | Confinement::Partial => {
+                !(self.mode == Mode::FullAuto || *outside || answer == Some(Answer::AllowOutside))
+            }
+            Confinement::Off | Confinement::Refused(_) => false,
+        }
     }
 
     /// The current mode.
@@ -200,7 +242,7 @@ impl Policy {
                     _ if inside => Verdict::Allow,
                     Mode::FullAuto => Verdict::Allow,
                     _ if remembered => Verdict::Allow,
-                    Mode::ReadOnly | Mode::Ask | Mode::AcceptEdits => Verdict::Ask,
+                    Mode::ReadOnly | Mode::Ask | Mode::AcceptEdits | Mode::Auto => Verdict::Ask,
                 }
             }
             Access::Write(paths) => {
@@ -208,18 +250,35 @@ impl Policy {
                 match self.mode {
                     Mode::ReadOnly => Verdict::Deny(READ_ONLY_REFUSAL.to_owned()),
                     Mode::FullAuto => Verdict::Allow,
-                    Mode::AcceptEdits if inside => Verdict::Allow,
+                    Mode::AcceptEdits | Mode::Auto if inside => Verdict::Allow,
                     _ if remembered => Verdict::Allow,
-                    Mode::Ask | Mode::AcceptEdits => Verdict::Ask,
+                    Mode::Ask | Mode::AcceptEdits | Mode::Auto => Verdict::Ask,
                 }
             }
-            Access::Execute { cwd, .. } => match self.mode {
-                Mode::ReadOnly => Verdict::Deny(READ_ONLY_REFUSAL.to_owned()),
-                Mode::FullAuto => Verdict::Allow,
-                // A command run outside the roots asks even when its prefix is remembered.
-                _ if remembered && paths::is_inside_roots(cwd, roots) => Verdict::Allow,
-                Mode::Ask | Mode::AcceptEdits => Verdict::Ask,
-            },
+            Access::Execute { cwd, outside, .. } => {
+                let sandbox = &self.confinement;
+                if let (Confinement::Refused(why), false) = (sandbox, self.mode == Mode::ReadOnly) {
+                    return Verdict::Deny(format!(
+                        "Not run: the sandbox is required (`[sandbox] mode = \"required\"`) but not available here \
+                         ({why}), so no command runs. Tell the user; do not try to work around it."
+                    ));
+                }
+                match self.mode {
+                    Mode::ReadOnly => Verdict::Deny(READ_ONLY_REFUSAL.to_owned()),
+                    _ if *outside && *sandbox == Confinement::Required => Verdict::Deny(
+                        "Not run: the sandbox is required (`[sandbox] mode = \"required\"`), so no command runs \
+                         outside it. Run it without `outside_sandbox`, or tell the user what it needs."
+                            .to_owned(),
+                    ),
+                    Mode::FullAuto => Verdict::Allow,
+                    // Leaving the sandbox always asks, whatever was remembered.
+                    _ if *outside && sandbox.in_use() => Verdict::Ask,
+                    Mode::Auto if matches!(sandbox, Confinement::Enforced | Confinement::Required) => Verdict::Allow,
+                    // A command run outside the roots asks even when its prefix is remembered.
+                    _ if remembered && paths::is_inside_roots(cwd, roots) => Verdict::Allow,
+                    Mode::Ask | Mode::AcceptEdits | Mode::Auto => Verdict::Ask,
+                }
+            }
             // An MCP tool is judged like a command: what it touches is
             // unknown. The server's `readOnlyHint` never lowers the bar (the
             // MCP spec: clients must not rely on hints from untrusted
@@ -230,7 +289,7 @@ impl Policy {
                 Mode::ReadOnly => Verdict::Deny(READ_ONLY_EXTERNAL_REFUSAL.to_owned()),
                 Mode::FullAuto => Verdict::Allow,
                 _ if remembered => Verdict::Allow,
-                Mode::Ask | Mode::AcceptEdits => Verdict::Ask,
+                Mode::Ask | Mode::AcceptEdits | Mode::Auto => Verdict::Ask,
             },
             // Reaching outside asks, like a command, except in full-auto; a
             // visibly local host asks even there, since the fetch refuses
@@ -238,7 +297,7 @@ impl Policy {
             Access::Fetch { local, .. } => match self.mode {
                 _ if remembered => Verdict::Allow,
                 Mode::FullAuto if !*local => Verdict::Allow,
-                Mode::ReadOnly | Mode::Ask | Mode::AcceptEdits | Mode::FullAuto => Verdict::Ask,
+                Mode::ReadOnly | Mode::Ask | Mode::AcceptEdits | Mode::Auto | Mode::FullAuto => Verdict::Ask,
             },
         }
     }
@@ -246,6 +305,25 @@ impl Policy {
     /// The choices to offer for a call, in the order editors show them.
     /// An "always" choice names what it will remember.
     pub fn options(&self, access: &Access, roots: &[PathBuf]) -> Vec<Choice> {
+        let sandboxed = self.runs_sandboxed(access, None);
+        if let Access::Execute { outside: true, .. } = access
+            && self.confinement.in_use()
+        {
+            // The model asked to leave the sandbox: yes (this once) or no.
+            let mut choices = vec![
+                Choice {
+                    answer: Answer::AllowOutside,
+                    id: ALLOW_OUTSIDE,
+                    label: "Allow outside the sandbox".to_owned(),
+                },
+                Choice { answer: Answer::RejectOnce, id: "reject_once", label: "Reject".to_owned() },
+            ];
+            if let Some(Rule::CommandPrefix(prefix)) = reject_rule(access, roots) {
+                let label = format!("Always reject `{prefix} …`");
+                choices.push(Choice { answer: Answer::RejectAlways, id: "reject_always", label });
+            }
+            return choices;
+        }
         // Read-only mode asks about every MCP call (see `judge`): an "always" would mean nothing.
         let remembers = !(self.mode == Mode::ReadOnly && matches!(access, Access::External { .. }));
         let always = allow_rule(access, roots).filter(|_| remembers).and_then(|rule| match rule {
@@ -256,9 +334,15 @@ impl Policy {
             Rule::FetchHost(host) => Some(format!("Always allow fetching from `{host}`")),
             Rule::CommandPrefix(_) => None,
         });
-        let mut choices = vec![Choice { answer: Answer::AllowOnce, id: "allow_once", label: "Allow".to_owned() }];
+        let allow = if sandboxed { "Allow in the sandbox" } else { "Allow" };
+        let mut choices = vec![Choice { answer: Answer::AllowOnce, id: "allow_once", label: allow.to_owned() }];
         if let Some(label) = always {
+            let label = if sandboxed { format!("{label}, in the sandbox") } else { label };
             choices.push(Choice { answer: Answer::AllowAlways, id: "allow_always", label });
+        }
+        if sandboxed && self.confinement != Confinement::Required {
+            let label = "Allow outside the sandbox".to_owned();
+            choices.push(Choice { answer: Answer::AllowOutside, id: ALLOW_OUTSIDE, label });
         }
         choices.push(Choice { answer: Answer::RejectOnce, id: "reject_once", label: "Reject".to_owned() });
         if let Some(rule) = reject_rule(access, roots) {
@@ -288,7 +372,7 @@ impl Policy {
                     self.rejected.insert(rule);
                 }
             }
-            Answer::AllowOnce | Answer::RejectOnce | Answer::Cancelled => {}
+            Answer::AllowOnce | Answer::AllowOutside | Answer::RejectOnce | Answer::Cancelled => {}
         }
     }
 
@@ -330,7 +414,7 @@ fn allow_rule(access: &Access, roots: &[PathBuf]) -> Option<Rule> {
         Access::Nothing => None,
         Access::Read(paths) => Some(Rule::Tool(Tool::ReadFile, scope(paths))),
         Access::Write(paths) => Some(Rule::Tool(Tool::EditFile, scope(paths))),
-        Access::Execute { command, cwd } => shell::command_rule(command, cwd).map(Rule::Command),
+        Access::Execute { command, cwd, .. } => shell::command_rule(command, cwd).map(Rule::Command),
         Access::External { server, tool, .. } => Some(Rule::External { server: server.clone(), tool: tool.clone() }),
         Access::Fetch { host, .. } => Some(Rule::FetchHost(host.clone())),
     }
@@ -341,7 +425,7 @@ fn allow_rule(access: &Access, roots: &[PathBuf]) -> Option<Rule> {
 /// it has none that can be matched, exactly).
 fn reject_rule(access: &Access, roots: &[PathBuf]) -> Option<Rule> {
     match access {
-        Access::Execute { command, cwd } => Some(match shell::command_prefix(command) {
+        Access::Execute { command, cwd, .. } => Some(match shell::command_prefix(command) {
             Some(prefix) => Rule::CommandPrefix(prefix),
             None => Rule::Command(CommandRule::Exact { command: command.trim().to_owned(), cwd: cwd.clone() }),
         }),
@@ -414,7 +498,7 @@ mod tests {
     }
 
     fn run(command: &str) -> Access {
-        Access::Execute { command: command.to_owned(), cwd: PathBuf::from("/nonexistent-root/project") }
+        Access::Execute { command: command.to_owned(), cwd: PathBuf::from("/nonexistent-root/project"), outside: false }
     }
 
     fn mcp(tool: &str, read_only: bool) -> Access {
@@ -489,6 +573,7 @@ mod tests {
         assert_eq!(policy.judge(&run("cargo build"), &roots()), Verdict::Ask);
         assert_eq!(policy.judge(&run("cargo test --all && rm -rf ~"), &roots()), Verdict::Ask);
         let elsewhere = Access::Execute {
+            outside: false,
             command: "cargo test --all".to_owned(),
             cwd: PathBuf::from("/nonexistent-root/project/sub"),
         };
@@ -612,7 +697,11 @@ mod tests {
         let roots = vec![root.path().to_path_buf()];
         std::os::unix::fs::symlink(elsewhere.path(), root.path().join("link_out")).unwrap();
         let outside = elsewhere.path().display().to_string();
-        let run = |command: &str| Access::Execute { command: command.to_owned(), cwd: root.path().to_path_buf() };
+        let run = |command: &str| Access::Execute {
+            command: command.to_owned(),
+            cwd: root.path().to_path_buf(),
+            outside: false,
+        };
         let table: Vec<(&str, String)> = vec![
             // The issue's four.
             ("find . -name '*.rs'", format!("find {outside} -delete")),
@@ -675,6 +764,102 @@ mod tests {
         ] {
             assert_eq!(policy.judge(&run(covered), &roots), Verdict::Allow, "{covered}");
         }
+    }
+
+    fn outside_run(command: &str) -> Access {
+        Access::Execute { command: command.to_owned(), cwd: PathBuf::from("/nonexistent-root/project"), outside: true }
+    }
+
+    /// Issue 14: commands by mode and sandbox; which run sandboxed; what is offered.
+    #[test]
+    fn the_sandbox_table() {
+        use Expect::{Allow, Ask, Deny};
+        let refused = Confinement::Refused("no Landlock".to_owned());
+        let table = [
+            // (confinement, mode, asks to leave, verdict, sandboxed when allowed without an answer)
+            (Confinement::Enforced, Mode::Auto, false, Allow, true),
+            (Confinement::Enforced, Mode::Auto, true, Ask, false),
+            (Confinement::Enforced, Mode::Ask, false, Ask, true),
+            (Confinement::Enforced, Mode::AcceptEdits, false, Ask, true),
+            (Confinement::Enforced, Mode::AcceptEdits, true, Ask, false),
+            (Confinement::Enforced, Mode::FullAuto, false, Allow, false),
+            (Confinement::Enforced, Mode::FullAuto, true, Allow, false),
+            (Confinement::Enforced, Mode::ReadOnly, false, Deny, true),
+            // Partly enforced or none: auto asks, as ask mode does.
+            (Confinement::Partial, Mode::Auto, false, Ask, true),
+            (Confinement::Partial, Mode::Auto, true, Ask, false),
+            (Confinement::Off, Mode::Auto, false, Ask, false),
+            (Confinement::Off, Mode::Auto, true, Ask, false),
+            (Confinement::Off, Mode::FullAuto, false, Allow, false),
+            // Required: every command in, full-auto too; none out.
+            (Confinement::Required, Mode::Auto, false, Allow, true),
+            (Confinement::Required, Mode::FullAuto, false, Allow, true),
+            (Confinement::Required, Mode::Ask, true, Deny, true),
+            (Confinement::Required, Mode::FullAuto, true, Deny, true),
+            (refused.clone(), Mode::Auto, false, Deny, false),
+            (refused.clone(), Mode::FullAuto, false, Deny, false),
+            (refused, Mode::Ask, false, Deny, false),
+        ];
+        for (confinement, mode, outside, expected, sandboxed) in table {
+            let mut policy = Policy::new(mode);
+            policy.set_confinement(confinement.clone());
+            let access = if outside { outside_run("cargo test") } else { run("cargo test") };
+            let got = match policy.judge(&access, &roots()) {
+                Verdict::Allow => Allow,
+                Verdict::Ask => Ask,
+                Verdict::Deny(_) => Deny,
+            };
+            assert_eq!(got, expected, "{confinement:?} {mode:?} outside={outside}");
+            assert_eq!(policy.runs_sandboxed(&access, None), sandboxed, "{confinement:?} {mode:?} outside={outside}");
+        }
+
+        // Asking in the sandbox offers to let the command out; the answer decides.
+        let mut policy = Policy::new(Mode::Ask);
+        policy.set_confinement(Confinement::Enforced);
+        let labels: Vec<String> = policy.options(&run("cargo test"), &roots()).into_iter().map(|c| c.label).collect();
+        assert_eq!(
+            labels,
+            [
+                "Allow in the sandbox",
+                "Always allow `cargo test`, in the sandbox",
+                "Allow outside the sandbox",
+                "Reject",
+                "Always reject `cargo test …`"
+            ]
+        );
+        assert!(policy.runs_sandboxed(&run("cargo test"), Some(Answer::AllowOnce)));
+        assert!(policy.runs_sandboxed(&run("cargo test"), Some(Answer::AllowAlways)));
+        assert!(!policy.runs_sandboxed(&run("cargo test"), Some(Answer::AllowOutside)));
+        // "Allow outside" is remembered for nothing.
+        policy.remember(&run("cargo test"), &roots(), Answer::AllowOutside);
+        assert_eq!(policy.judge(&run("cargo test"), &roots()), Verdict::Ask);
+        // A request to leave asks even after "always allow" of the same command, and offers no "always".
+        policy.remember(&run("cargo test"), &roots(), Answer::AllowAlways);
+        assert_eq!(policy.judge(&run("cargo test"), &roots()), Verdict::Allow);
+        assert_eq!(policy.judge(&outside_run("cargo test"), &roots()), Verdict::Ask);
+        let ids: Vec<&str> = policy.options(&outside_run("cargo test"), &roots()).iter().map(|c| c.id).collect();
+        assert_eq!(ids, [ALLOW_OUTSIDE, "reject_once", "reject_always"]);
+        // Required: nothing offers to leave.
+        policy.set_confinement(Confinement::Required);
+        let ids: Vec<&str> = policy.options(&run("make"), &roots()).iter().map(|c| c.id).collect();
+        assert_eq!(ids, ["allow_once", "allow_always", "reject_once", "reject_always"]);
+        // Without a sandbox the options are as they always were.
+        policy.set_confinement(Confinement::Off);
+        assert_eq!(policy.options(&run("make"), &roots())[0].label, "Allow");
+        assert_eq!(policy.options(&outside_run("make"), &roots())[0].id, "allow_once");
+    }
+
+    /// Auto mode takes edits inside the project like accept-edits; the rest asks.
+    #[test]
+    fn auto_mode_edits_like_accept_edits() {
+        let mut policy = Policy::new(Mode::Auto);
+        policy.set_confinement(Confinement::Enforced);
+        assert_eq!(policy.judge(&Access::Write(inside()), &roots()), Verdict::Allow);
+        assert_eq!(policy.judge(&Access::Write(outside()), &roots()), Verdict::Ask);
+        assert_eq!(policy.judge(&Access::Read(outside()), &roots()), Verdict::Ask);
+        assert_eq!(policy.judge(&mcp("publish", false), &roots()), Verdict::Ask);
+        assert_eq!(policy.judge(&web("https://docs.rs/", "docs.rs", false), &roots()), Verdict::Ask);
+        assert_eq!(Mode::ALL.map(Mode::id), ["read-only", "ask", "accept-edits", "auto", "full-auto"]);
     }
 
     #[test]

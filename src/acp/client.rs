@@ -246,7 +246,7 @@ impl Approver for ClientApprover {
                 .iter()
                 .map(|choice| {
                     let kind = match choice.answer {
-                        Answer::AllowOnce => PermissionOptionKind::AllowOnce,
+                        Answer::AllowOnce | Answer::AllowOutside => PermissionOptionKind::AllowOnce,
                         Answer::AllowAlways => PermissionOptionKind::AllowAlways,
                         Answer::RejectOnce | Answer::Cancelled => PermissionOptionKind::RejectOnce,
                         Answer::RejectAlways => PermissionOptionKind::RejectAlways,

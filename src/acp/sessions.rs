@@ -145,6 +145,7 @@ impl Server {
                 .config_options(options::config_options(&server.config, &session));
             server.outbox.respond_ok(&id, &response);
             server.send_commands(&session, files.commands);
+            server.tell_sandbox(&session);
             if let Err(why) = journal {
                 tracing::warn!(session = %session_id, "lathe {why}; this session will not be saved");
                 server.warnings.not_saved(&session_id, &why);
@@ -189,6 +190,7 @@ impl Server {
                         .config_options(options::config_options(&server.config, &session));
                     server.outbox.respond_ok(&id, &response);
                     server.send_commands(&session, commands);
+                    server.tell_sandbox(&session);
                 }
                 Err(error) => server.outbox.respond_err(&id, &error),
             }
@@ -289,7 +291,7 @@ impl Server {
             let hub = crate::mcp::McpHub::start(
                 servers,
                 self.config.mcp,
-                (session.setup().cwd.clone(), crate::child::Launcher::new(&self.config.children)),
+                (session.setup().cwd.clone(), self.launcher(&session)),
                 crate::tools::definitions_with(self.config.tools.fetch),
                 session.lifetime(),
             );
@@ -297,6 +299,23 @@ impl Server {
         }
         lock(&self.sessions).insert(id, Arc::clone(&session));
         session
+    }
+
+    /// How the session's processes are started: its environment rule and sandbox.
+    fn launcher(&self, session: &Session) -> crate::child::Launcher {
+        crate::child::Launcher::for_session(&self.config.children, &self.config.sandbox, &session.roots())
+    }
+
+    /// Tells the user, once for the session (when it is created or loaded),
+    /// that its command sandbox is weaker than configured, if it is.
+    fn tell_sandbox(&self, session: &Session) {
+        let launcher = self.launcher(session);
+        if let Some(sandbox) = launcher.sandbox()
+            && let Some((title, text)) = sandbox.notice()
+        {
+            tracing::warn!(session = %session.id(), "{title}: {text}");
+            self.warnings.warn(session.id(), &title, &text);
+        }
     }
 
     /// `available_commands_update`: the built-in and the user's slash commands.
@@ -545,7 +564,7 @@ fn mcp_server(server: &agent_client_protocol_schema::v1::McpServer) -> Option<cr
             return None;
         }
     };
-    Some(crate::config::McpServer { name, transport })
+    Some(crate::config::McpServer { name, transport, sandbox: false })
 }
 
 fn absolute_dir(path: &std::path::Path, field: &str) -> Result<PathBuf, RpcError> {

@@ -153,10 +153,11 @@ impl Server {
         let client = self.model_client(&choices.model_key, choices.thought_level.as_deref())?;
         let session_id = SessionId::new(Arc::clone(session.id()));
         let capabilities = self.client_capabilities.get().cloned().unwrap_or_default();
-        let launcher = crate::child::Launcher::new(&self.config.children);
+        let roots = session.roots();
+        let launcher = crate::child::Launcher::for_session(&self.config.children, &self.config.sandbox, &roots);
+        lock(session.policy()).set_confinement(launcher.confinement());
         let host = ClientHost::new(self.outbox.clone(), session_id.clone(), &capabilities, launcher);
         let approver = ClientApprover { outbox: self.outbox.clone(), session_id };
-        let roots = session.roots();
         let network = &self.config.network;
         let defaults = ToolLimits::default();
         // A page's text fits in what the history keeps of a tool result (with

@@ -1,5 +1,5 @@
 //! Warnings for the user that are not part of the conversation: that a
-//! session is not being saved. Sent as an ACP `notice` when the client said
+//! session is not being saved, that commands run without the sandbox. Sent as an ACP `notice` when the client said
 //! it shows them (`session.notices`, item 35), else as an agent message,
 //! which every client shows (the schema suggests exactly this fallback).
 //! Neither is written to the session log: a warning is about now, not
@@ -53,7 +53,8 @@ impl Warnings {
         );
     }
 
-    fn warn(&self, session_id: &str, title: &str, description: &str) {
+    /// A warning with this title and text (e.g. the command sandbox's, see `crate::sandbox`).
+    pub(super) fn warn(&self, session_id: &str, title: &str, description: &str) {
         let notices = self.capabilities.get().and_then(|c| c.session.as_ref()).is_some_and(|s| s.notices.is_some());
         let update = if notices {
             SessionUpdate::Notice(Notice::new(NoticeSeverity::Warning, title).description(description.to_owned()))

@@ -201,8 +201,9 @@ pub(super) async fn connect(
 ) -> Result<(Connection, Vec<Tool>), String> {
     match &server.transport {
         McpTransport::Stdio { command, args, env } => {
-            let (process, stdout, stdin) = ChildProcess::spawn(&server.name, (command, args, env), cwd, launcher)
-                .map_err(|err| format!("cannot start `{command}`: {err}"))?;
+            let (process, stdout, stdin) =
+                ChildProcess::spawn(&server.name, (command, args, env), cwd, (launcher, server.sandbox))
+                    .map_err(|err| format!("cannot start `{command}`: {err}"))?;
             let transport = Watched::new(AsyncRwTransport::new_client(stdout, stdin), &signals, true);
             let started = tokio::time::timeout(timeout, handshake(transport)).await;
             let failure = match started {

@@ -631,6 +631,7 @@ mod tests {
         McpServer {
             name: name.to_owned(),
             transport: McpTransport::Stdio { command: "true".to_owned(), args: Vec::new(), env: Vec::new() },
+            sandbox: false,
         }
     }
 

@@ -56,18 +56,20 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl ChildProcess {
     /// Starts `command` with `args` in `cwd`, with `env` added to lathe's
-    /// scrubbed environment, in a new process group, through `launcher`. Returns the process and its
+    /// scrubbed environment, in a new process group, through `launcher`,
+    /// in the session's sandbox when `sandboxed` (`sandbox = true`; it does
+    /// not start when the sandbox is not available). Returns the process and its
     /// stdout and stdin (the MCP pipes). `server` names it in the log.
     pub(super) fn spawn(
         server: &str,
         (command, args, env): (&str, &[String], &[(String, String)]),
         cwd: &Path,
-        launcher: &Launcher,
+        (launcher, sandboxed): (&Launcher, bool),
     ) -> std::io::Result<(ChildProcess, ChildStdout, ChildStdin)> {
         // A cwd that does not exist would fail the spawn; the server can do without it.
         let cwd = cwd.is_dir().then_some(cwd);
         // Its own variables go on top of the scrubbed environment, to it alone.
-        let mut child = launcher.spawn(command, args, |cmd: &mut Command| {
+        let mut child = launcher.spawn(command, args, sandboxed, |cmd: &mut Command| {
             cmd.envs(env.iter().map(|(name, value)| (name, value)))
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())

@@ -283,6 +283,8 @@ pub enum Access {
         command: String,
         /// Its working directory.
         cwd: PathBuf,
+        /// Whether the model asked to run it outside the sandbox.
+        outside: bool,
     },
     /// Calls a tool of an external (MCP) server. Such a tool has no paths to
     /// judge; the server's `readOnlyHint` says whether it only reads.
@@ -343,6 +345,15 @@ enum Args {
 }
 
 impl PreparedCall {
+    /// Tells a `shell` call whether it runs in the session's sandbox (see
+    /// [`crate::permission::Policy::runs_sandboxed`]). Other calls start no
+    /// process and ignore it.
+    pub fn set_sandboxed(&mut self, sandboxed: bool) {
+        if let Args::Shell(args) = &mut self.args {
+            args.sandboxed = sandboxed;
+        }
+    }
+
     /// Tells a `fetch` call which hosts the user allowed, so that it may
     /// reach their local addresses (see [`fetch::HostTrust`]). Other calls
     /// reach no host and ignore it.

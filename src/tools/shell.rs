@@ -110,6 +110,14 @@ pub struct ShellArgs {
     /// title shows the command itself, so the user judges what really runs.
     #[serde(default)]
     pub description: Option<String>,
+    /// The model asks to run the command outside the sandbox (after the
+    /// sandbox refused it); the user is always asked.
+    #[serde(default, alias = "unsandboxed")]
+    pub outside_sandbox: bool,
+    /// Whether it runs in the session's sandbox: decided by the permission
+    /// policy once the call is allowed, never by the model.
+    #[serde(skip)]
+    pub sandboxed: bool,
 }
 
 /// JSON schema of `shell`.
@@ -138,6 +146,10 @@ pub fn shell_schema() -> Value {
             "description": {
                 "type": "string",
                 "description": "What the command does, in a few words."
+            },
+            "outside_sandbox": {
+                "type": "boolean",
+                "description": "Run outside the sandbox (the user is asked), only after it blocked this command."
             }
         },
         "required": ["command"]
@@ -154,10 +166,14 @@ pub fn describe_shell(args: &ShellArgs, cwd: &Path) -> Description {
     if dir != paths::normalize(cwd) {
         preview.push_str(&format!("\nin {}", code_span(&paths::display(&dir, cwd))));
     }
+    let mut title = title(&args.command);
+    if args.outside_sandbox {
+        title.push_str(" outside the sandbox");
+    }
     Description {
-        title: title(&args.command),
+        title,
         locations: Vec::new(),
-        access: Access::Execute { command: args.command.clone(), cwd: dir },
+        access: Access::Execute { command: args.command.clone(), cwd: dir, outside: args.outside_sandbox },
         preview: vec![DisplayContent::Text(preview)],
     }
 }
@@ -177,9 +193,52 @@ pub async fn shell(args: ShellArgs, ctx: &ToolContext<'_>) -> ToolOutcome {
         }
     }
     let timeout = effective_timeout(args.timeout_secs, ctx.limits);
-    match ctx.host.terminals() {
-        Some(terminals) => run_in_terminal(terminals, &args.command, &dir, timeout, ctx).await,
-        None => run_locally(&args.command, &dir, timeout, ctx).await,
+    let run = Run { command: &args.command, cwd: &dir, timeout, sandboxed: args.sandboxed };
+    let mut outcome = match ctx.host.terminals() {
+        Some(terminals) => run_in_terminal(terminals, &run, ctx).await,
+        None => run_locally(&run, ctx).await,
+    };
+    if outcome.status != OutcomeStatus::Cancelled {
+        report_sandbox(&mut outcome, &run, ctx);
+    }
+    outcome
+}
+
+/// One command to run, and how.
+struct Run<'a> {
+    command: &'a str,
+    cwd: &'a Path,
+    timeout: Duration,
+    sandboxed: bool,
+}
+
+/// Says in the outcome whether the command ran in the sandbox, and, when a
+/// sandboxed command failed with an access error in its output, that the
+/// sandbox may have refused it and how to ask to run it outside. What was
+/// seen is quoted: it is a reading of the output, not a certainty.
+fn report_sandbox(outcome: &mut ToolOutcome, run: &Run<'_>, ctx: &ToolContext<'_>) {
+    if !run.sandboxed {
+        return;
+    }
+    let mut denial = None;
+    if outcome.status == OutcomeStatus::Failed
+        && let Some(line) = crate::sandbox::suspected_denial(&outcome.for_model)
+    {
+        let policy = ctx.host.launcher().sandbox().and_then(|sandbox| sandbox.policy().ok());
+        let rules = policy.map(|policy| format!(": {}", policy.describe())).unwrap_or_default();
+        outcome.for_model.push_str(&format!(
+            "\n\n[lathe] This command ran in the sandbox{rules}. Its output says `{line}`: the sandbox may have \
+             refused it. If it needs that access, call shell again with the same command and `outside_sandbox: \
+             true`; the user will be asked."
+        ));
+        denial = Some(line);
+    }
+    let raw = outcome.raw_output.get_or_insert_with(|| json!({}));
+    if let Some(fields) = raw.as_object_mut() {
+        fields.insert("sandboxed".to_owned(), json!(true));
+        if let Some(line) = denial {
+            fields.insert("sandbox_denial_suspected".to_owned(), json!(line));
+        }
     }
 }
 
@@ -618,17 +677,15 @@ async fn unless_cancelled<T>(ctx: &ToolContext<'_>, future: impl Future<Output =
 // Editor terminals
 // ---------------------------------------------------------------------------
 
-async fn run_in_terminal(
-    terminals: &dyn Terminals,
-    command: &str,
-    cwd: &Path,
-    timeout: Duration,
-    ctx: &ToolContext<'_>,
-) -> ToolOutcome {
-    let args = ["-c".to_owned(), command.to_owned()];
+async fn run_in_terminal(terminals: &dyn Terminals, run: &Run<'_>, ctx: &ToolContext<'_>) -> ToolOutcome {
+    let (cwd, timeout) = (run.cwd, run.timeout);
+    let args = ["-c".to_owned(), run.command.to_owned()];
     // Through lathe's trampoline when it is known, so the secrets lathe
-    // knows of leave the editor's environment too.
-    let (program, args) = ctx.host.launcher().for_terminal(SHELL, &args);
+    // knows of leave the editor's environment too, and the sandbox holds.
+    let (program, args) = match ctx.host.launcher().for_terminal(SHELL, &args, run.sandboxed) {
+        Ok(wrapped) => wrapped,
+        Err(err) => return ToolOutcome::failed(format!("Not run: {err}.")),
+    };
     let request = TerminalCommand {
         command: &program,
         args: &args,
@@ -783,11 +840,12 @@ enum Race {
     Cancelled,
 }
 
-async fn run_locally(command: &str, cwd: &Path, timeout: Duration, ctx: &ToolContext<'_>) -> ToolOutcome {
-    let args = ["-c".to_owned(), command.to_owned()];
+async fn run_locally(run: &Run<'_>, ctx: &ToolContext<'_>) -> ToolOutcome {
+    let (cwd, timeout) = (run.cwd, run.timeout);
+    let args = ["-c".to_owned(), run.command.to_owned()];
     // In a process group of its own (led by the trampoline when supervised),
     // so that one signal reaches everything it starts.
-    let spawned = ctx.host.launcher().spawn(SHELL, &args, |cmd: &mut Command| {
+    let spawned = ctx.host.launcher().spawn(SHELL, &args, run.sandboxed, |cmd: &mut Command| {
         cmd.current_dir(cwd).envs(CHILD_ENV).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     });
     let mut child = match spawned {
@@ -1180,7 +1238,14 @@ mod tests {
     }
 
     fn args(command: &str) -> ShellArgs {
-        ShellArgs { command: command.to_owned(), timeout_secs: None, cwd: None, description: None }
+        ShellArgs {
+            command: command.to_owned(),
+            timeout_secs: None,
+            cwd: None,
+            description: None,
+            outside_sandbox: false,
+            sandboxed: false,
+        }
     }
 
     fn with_timeout(command: &str, secs: f64) -> ShellArgs {
@@ -1501,13 +1566,19 @@ mod tests {
         assert_eq!(describe_shell(&args(&long), cwd).title, format!("Run `echo {}…`", "x".repeat(75)));
         assert_eq!(describe_shell(&args("echo `date`"), cwd).title, "Run `` echo `date` ``");
         let described = describe_shell(&ShellArgs { cwd: Some("sub/../web".to_owned()), ..args("ls") }, cwd);
-        assert_eq!(described.access, Access::Execute { command: "ls".to_owned(), cwd: PathBuf::from("/p/web") });
+        assert_eq!(
+            described.access,
+            Access::Execute { command: "ls".to_owned(), cwd: PathBuf::from("/p/web"), outside: false }
+        );
         assert_eq!(described.preview, [DisplayContent::Text("```sh\nls\n```\nin `web`".to_owned())]);
         // Issue 11, defect 13: the permission request shows every line.
         let described = describe_shell(&args("git status\ntouch PWN"), cwd);
         assert_eq!(described.preview, [DisplayContent::Text("```sh\ngit status\ntouch PWN\n```".to_owned())]);
         let described = describe_shell(&args("ls"), cwd);
-        assert_eq!(described.access, Access::Execute { command: "ls".to_owned(), cwd: PathBuf::from("/p") });
+        assert_eq!(
+            described.access,
+            Access::Execute { command: "ls".to_owned(), cwd: PathBuf::from("/p"), outside: false }
+        );
     }
 
     #[test]

@@ -19,6 +19,7 @@ mod persistence;
 mod protocol;
 mod providers;
 mod retries;
+mod sandbox;
 mod sessions;
 mod sse_split;
 mod text_formats;
