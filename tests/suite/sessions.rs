@@ -77,8 +77,14 @@ async fn a_session_survives_a_hard_kill_and_replays_exactly() {
     while agent_text(&turn2) != "Partial ans" {
         turn2.push(h.agent.next_message(Duration::from_secs(5)).await.expect("the partial answer"));
     }
-    // Let the store writer catch up with what the client has seen.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The store writes a streamed message when it ends or at most a second
+    // after it began: wait until the partial answer the client saw is on disk.
+    let log = h.home.path().join(".local/share/lathe/sessions").join(&session).join("log.jsonl");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&log).is_ok_and(|text| text.contains("Partial ans")) {
+        assert!(std::time::Instant::now() < deadline, "the partial answer never reached the log");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     h.restart().await;
 
     let caps = initialize(&mut h).await;
