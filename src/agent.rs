@@ -12,7 +12,7 @@
 //!
 //! Cancellation: every await that can wait (opening the stream, each retry
 //! back-off, each chunk, each permission answer, each tool run) is raced
-//! against the turn's token in a `biased` `select!`, so a stalled upstream or
+//! against the turn's token with [`or_cancel`](crate::cancel::OrCancel::or_cancel), so a stalled upstream or
 //! a silent editor is interrupted, not waited out. A cancelled turn leaves the
 //! conversation valid for the next request: a partial answer is kept and marked as interrupted,
 //! and every tool call the model made gets a result ("cancelled" for the ones
@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::cancel::{Cancelled, OrCancel as _};
 use crate::config::{AgentSettings, ContextSettings};
 use crate::model::retry::{self, Decision, Exhausted, Retrier};
 use crate::model::{
@@ -484,17 +485,14 @@ impl Turn<'_> {
                     raw_input,
                     choices,
                 };
-                let answer = tokio::select! {
-                    biased;
-                    () = self.cancel.cancelled() => Answer::Cancelled,
-                    answer = workspace.approver.ask(&question) => match answer {
-                        Ok(answer) => answer,
-                        Err(err) => {
-                            let message = format!("Not run: the editor could not ask the user for permission ({err}).");
-                            self.finish_call(&call.id, ToolOutcome::failed(message.clone()));
-                            return (message, Flow::Continue);
-                        }
-                    },
+                let answer = match workspace.approver.ask(&question).or_cancel(self.cancel).await {
+                    Err(Cancelled) => Answer::Cancelled,
+                    Ok(Ok(answer)) => answer,
+                    Ok(Err(err)) => {
+                        let message = format!("Not run: the editor could not ask the user for permission ({err}).");
+                        self.finish_call(&call.id, ToolOutcome::failed(message.clone()));
+                        return (message, Flow::Continue);
+                    }
                 };
                 lock(workspace.policy).remember(&description.access, workspace.roots, answer);
                 match answer {
@@ -545,11 +543,10 @@ impl Turn<'_> {
             }
         };
         tokio::pin!(running);
-        let outcome = tokio::select! {
-            biased;
-            outcome = &mut running => outcome,
-            () = self.cancel.cancelled() => {
-                // The tool sees the same token; give it a moment to clean up.
+        let outcome = match (&mut running).or_cancel(self.cancel).await {
+            Ok(outcome) => outcome,
+            // The tool sees the same token; give it a moment to clean up.
+            Err(Cancelled) => {
                 tokio::time::timeout(TOOL_CANCEL_GRACE, &mut running).await.unwrap_or_else(|_| ToolOutcome::cancelled())
             }
         };
@@ -645,10 +642,8 @@ impl Turn<'_> {
             }
         };
         let ended = loop {
-            let item = tokio::select! {
-                biased;
-                () = self.cancel.cancelled() => break Sample::Cancelled(Some(decoder)),
-                item = stream.next() => item,
+            let Ok(item) = stream.next().or_cancel(self.cancel).await else {
+                break Sample::Cancelled(Some(decoder));
             };
             match item {
                 None => {
@@ -892,11 +887,7 @@ impl Compactor<'_> {
         };
         let mut decoder = StreamDecoder::new("summary_");
         loop {
-            let item = tokio::select! {
-                biased;
-                () = self.cancel.cancelled() => return Ok(None),
-                item = stream.next() => item,
-            };
+            let Ok(item) = stream.next().or_cancel(self.cancel).await else { return Ok(None) };
             match item {
                 None => {
                     decoder.end(&mut |_| {});
@@ -936,11 +927,7 @@ impl<'a> Request<'a> {
 /// Waits (cancellably) until the model's limits are known: the config's, or
 /// the server's answer to a bounded probe. `false` when cancelled first.
 async fn settle_model(client: &ModelClient, cancel: &CancellationToken) -> bool {
-    tokio::select! {
-        biased;
-        () = cancel.cancelled() => false,
-        _ = client.info() => true,
-    }
+    client.info().or_cancel(cancel).await.is_ok()
 }
 
 /// What the user is told, once per session, when the model takes no tools.
@@ -965,14 +952,11 @@ async fn open_retrying(
 ) -> Result<ResponseStream, NotOpened> {
     let mut retrier = Retrier::new(client.retry_policy().clone(), retry::random_seed());
     loop {
-        let opened = tokio::select! {
-            biased;
-            () = cancel.cancelled() => return Err(NotOpened::Cancelled),
-            opened = client.stream(request.system_prompt, messages, &request.tools) => opened,
-        };
+        let opened = client.stream(request.system_prompt, messages, &request.tools).or_cancel(cancel).await;
         let error = match opened {
-            Ok(stream) => return Ok(stream),
-            Err(error) => error,
+            Err(Cancelled) => return Err(NotOpened::Cancelled),
+            Ok(Ok(stream)) => return Ok(stream),
+            Ok(Err(error)) => error,
         };
         let delay = match retrier.after_failure(&error) {
             Decision::Wait(delay) => delay,
@@ -989,10 +973,8 @@ async fn open_retrying(
             message_id: Arc::from(format!("retry_{}", uuid::Uuid::new_v4().simple())),
             text: retry::waiting_message(&error, delay, next_attempt, max_attempts),
         });
-        tokio::select! {
-            biased;
-            () = cancel.cancelled() => return Err(NotOpened::Cancelled),
-            () = tokio::time::sleep(delay) => {}
+        if tokio::time::sleep(delay).or_cancel(cancel).await.is_err() {
+            return Err(NotOpened::Cancelled);
         }
     }
 }

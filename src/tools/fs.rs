@@ -40,18 +40,17 @@
 //! steps, so a change landing between them (milliseconds) is not caught.
 
 use std::fmt::Write as _;
-use std::future::Future;
 use std::path::Path;
 
 use serde::{Deserialize, Deserializer};
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 use super::local::{BINARY_SNIFF_BYTES, read_text_blocking, size_text};
 use super::versions::Freshness;
 use super::{
     Access, Description, DisplayContent, HostError, Location, OutcomeStatus, ToolContext, ToolLimits, ToolOutcome,
 };
+use crate::cancel::{Cancelled, OrCancel as _};
 use crate::fs_guard::{Found, Target};
 
 /// Largest file `describe_*` reads to preview a change; bigger files get no preview.
@@ -306,10 +305,10 @@ pub async fn read_file(args: ReadFileArgs, target: &Target, ctx: &ToolContext<'_
         Found::Unresolvable(why) => return ToolOutcome::failed(format!("Cannot read {shown}: {why}.")),
         Found::File { .. } | Found::Missing => {}
     }
-    let text = match race(ctx.cancel, ctx.host.read_text_file(target)).await {
-        None => return ToolOutcome::cancelled(),
-        Some(Ok(text)) => text,
-        Some(Err(err)) => return ToolOutcome::failed(read_error(&err, &args.path, target, "")),
+    let text = match ctx.host.read_text_file(target).or_cancel(ctx.cancel).await {
+        Err(Cancelled) => return ToolOutcome::cancelled(),
+        Ok(Ok(text)) => text,
+        Ok(Err(err)) => return ToolOutcome::failed(read_error(&err, &args.path, target, "")),
     };
     if looks_binary(&text) {
         return ToolOutcome::failed(format!(
@@ -375,11 +374,11 @@ pub async fn write_file(args: WriteFileArgs, target: &Target, ctx: &ToolContext<
         Found::Missing => false,
     };
     let old = if exists {
-        match race(ctx.cancel, ctx.host.read_text_file(target)).await {
-            None => return ToolOutcome::cancelled(),
+        match ctx.host.read_text_file(target).or_cancel(ctx.cancel).await {
+            Err(Cancelled) => return ToolOutcome::cancelled(),
             // Text that cannot be read (binary, too large) cannot be compared;
             // it only costs the check and the diff, not the write.
-            Some(result) => result.ok().filter(|old| !looks_binary(old)),
+            Ok(result) => result.ok().filter(|old| !looks_binary(old)),
         }
     } else {
         None
@@ -392,10 +391,10 @@ pub async fn write_file(args: WriteFileArgs, target: &Target, ctx: &ToolContext<
     if ctx.cancel.is_cancelled() {
         return ToolOutcome::cancelled();
     }
-    match race(ctx.cancel, ctx.host.write_text_file(target, &args.content)).await {
-        None => return ToolOutcome::cancelled(),
-        Some(Err(err)) => return ToolOutcome::failed(write_error(&err, &shown)),
-        Some(Ok(())) => {}
+    match ctx.host.write_text_file(target, &args.content).or_cancel(ctx.cancel).await {
+        Err(Cancelled) => return ToolOutcome::cancelled(),
+        Ok(Err(err)) => return ToolOutcome::failed(write_error(&err, &shown)),
+        Ok(Ok(())) => {}
     }
     ctx.seen.record(&path, &args.content);
     let lines = plural(args.content.lines().count(), "line");
@@ -449,10 +448,10 @@ pub async fn edit_file(args: EditFileArgs, target: &Target, ctx: &ToolContext<'_
         Found::Unresolvable(why) => return ToolOutcome::failed(format!("Cannot edit {shown}: {why}.")),
         Found::File { .. } | Found::Missing => {}
     }
-    let old = match race(ctx.cancel, ctx.host.read_text_file(target)).await {
-        None => return ToolOutcome::cancelled(),
-        Some(Ok(text)) => text,
-        Some(Err(err)) => {
+    let old = match ctx.host.read_text_file(target).or_cancel(ctx.cancel).await {
+        Err(Cancelled) => return ToolOutcome::cancelled(),
+        Ok(Ok(text)) => text,
+        Ok(Err(err)) => {
             return ToolOutcome::failed(read_error(&err, &args.path, target, " To create a new file, use write_file."));
         }
     };
@@ -469,10 +468,10 @@ pub async fn edit_file(args: EditFileArgs, target: &Target, ctx: &ToolContext<'_
     if ctx.cancel.is_cancelled() {
         return ToolOutcome::cancelled();
     }
-    match race(ctx.cancel, ctx.host.write_text_file(target, &applied.text)).await {
-        None => return ToolOutcome::cancelled(),
-        Some(Err(err)) => return ToolOutcome::failed(write_error(&err, &shown)),
-        Some(Ok(())) => {}
+    match ctx.host.write_text_file(target, &applied.text).or_cancel(ctx.cancel).await {
+        Err(Cancelled) => return ToolOutcome::cancelled(),
+        Ok(Err(err)) => return ToolOutcome::failed(write_error(&err, &shown)),
+        Ok(Ok(())) => {}
     }
     ctx.seen.record(&path, &applied.text);
     let line = first_changed_line(&old, &applied.text);
@@ -570,16 +569,6 @@ pub fn unified_diff(old: &str, new: &str, path_label: &str) -> String {
         .context_radius(3)
         .header(&format!("a/{path_label}"), &format!("b/{path_label}"))
         .to_string()
-}
-
-/// Resolves `work` unless the turn is cancelled first; dropping the host's
-/// future withdraws a pending editor request.
-async fn race<T>(cancel: &CancellationToken, work: impl Future<Output = T>) -> Option<T> {
-    tokio::select! {
-        biased;
-        () = cancel.cancelled() => None,
-        value = work => Some(value),
-    }
 }
 
 /// Binary content the editor handed over as text (the local host refuses it
@@ -1014,6 +1003,8 @@ fn lenient_edits<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Ve
 mod tests {
     use std::path::PathBuf;
     use std::time::Duration;
+
+    use tokio_util::sync::CancellationToken;
 
     use super::*;
     use crate::tools::local::LocalHost;
