@@ -22,7 +22,6 @@
 use std::ops::Deref;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
@@ -228,10 +227,6 @@ enum Sample {
     Cancelled(Option<StreamDecoder>),
     Failed(TurnError, Option<StreamDecoder>),
 }
-
-/// Time a tool gets to wind down (kill its processes, withdraw its requests)
-/// after the turn is cancelled, before the turn stops waiting for it.
-const TOOL_CANCEL_GRACE: Duration = Duration::from_millis(100);
 
 impl Turn<'_> {
     /// Runs one turn for the user's message, appending to `conversation`.
@@ -536,6 +531,10 @@ impl Turn<'_> {
             progress: &progress,
             seen: workspace.seen,
         };
+        let grace = match &runnable {
+            Runnable::Builtin(prepared) => prepared.cancel_grace(workspace.host),
+            Runnable::External(..) => tools::CANCEL_GRACE,
+        };
         let running = async {
             match runnable {
                 Runnable::Builtin(prepared) => tools::run(prepared, &context).await,
@@ -545,17 +544,21 @@ impl Turn<'_> {
         tokio::pin!(running);
         let outcome = match (&mut running).or_cancel(self.cancel).await {
             Ok(outcome) => outcome,
-            // The tool sees the same token; give it a moment to clean up.
-            Err(Cancelled) => {
-                tokio::time::timeout(TOOL_CANCEL_GRACE, &mut running).await.unwrap_or_else(|_| ToolOutcome::cancelled())
-            }
+            // The tool sees the same token; give it a moment to wind down
+            // (or to finish a write it had started).
+            Err(Cancelled) => tokio::time::timeout(grace, &mut running).await.unwrap_or_else(|_| ToolOutcome::cancelled()),
         };
         let flow = if outcome.status == OutcomeStatus::Cancelled || self.cancel.is_cancelled() {
             Flow::Cancelled
         } else {
             Flow::Continue
         };
-        let for_model = if flow == Flow::Cancelled { CANCELLED_RESULT.to_owned() } else { outcome.for_model.clone() };
+        // A call that finished although the turn was cancelled (a write
+        // that had started) reports what it did: the turn still stops.
+        let for_model = match outcome.status {
+            OutcomeStatus::Cancelled => CANCELLED_RESULT.to_owned(),
+            OutcomeStatus::Completed | OutcomeStatus::Failed => outcome.for_model.clone(),
+        };
         self.finish_call(&call.id, outcome);
         (for_model, flow)
     }
@@ -1130,4 +1133,123 @@ fn keep_interrupted(conversation: &mut Conversation, partial: Option<StreamDecod
         },
     };
     conversation.push(message);
+}
+
+#[cfg(test)]
+mod cancelled_write_tests {
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use futures_util::future::BoxFuture;
+
+    use super::*;
+    use crate::config::{Config, NetworkSettings};
+    use crate::fs_guard::Target;
+    use crate::permission::{ApprovalError, Mode};
+    use crate::tools::local::LocalHost;
+    use crate::tools::{HostError, Terminals};
+
+    #[derive(Default)]
+    struct Recorded(Mutex<Vec<AgentEvent>>);
+
+    impl EventSink for Recorded {
+        fn emit(&self, event: AgentEvent) {
+            self.0.lock().unwrap().push(event);
+        }
+    }
+
+    struct NeverAsked;
+
+    impl Approver for NeverAsked {
+        fn ask<'a>(&'a self, _: &'a PermissionQuestion) -> BoxFuture<'a, Result<Answer, ApprovalError>> {
+            Box::pin(async { panic!("full-auto mode asks nothing") })
+        }
+    }
+
+    /// The local disk, with the user's cancel landing while a write runs,
+    /// which then takes `slow` more to finish.
+    struct CancelMidWrite {
+        cancel: CancellationToken,
+        slow: Duration,
+    }
+
+    impl Host for CancelMidWrite {
+        fn read_text_file<'a>(&'a self, target: &'a Target) -> BoxFuture<'a, Result<String, HostError>> {
+            LocalHost.read_text_file(target)
+        }
+        fn write_text_file<'a>(&'a self, target: &'a Target, content: &'a str) -> BoxFuture<'a, Result<(), HostError>> {
+            Box::pin(async move {
+                let written = LocalHost.write_text_file(target, content).await;
+                self.cancel.cancel();
+                tokio::time::sleep(self.slow).await;
+                written
+            })
+        }
+        fn reads_via_client(&self) -> bool {
+            false
+        }
+        fn writes_in_place(&self) -> bool {
+            false
+        }
+        fn write_finishes_once_started(&self) -> bool {
+            true
+        }
+        fn terminals(&self) -> Option<&dyn Terminals> {
+            None
+        }
+    }
+
+    /// Issue 12 item 3: the model hears what a write that finished during a
+    /// cancel did (and the user sees it completed); the turn still stops. A
+    /// write slower than the usual wind-down grace is waited for too.
+    #[tokio::test(start_paused = true)]
+    async fn a_write_finished_during_a_cancel_is_reported_as_done() {
+        for slow in [Duration::ZERO, tools::CANCEL_GRACE * 3] {
+            write_during_a_cancel(slow).await;
+        }
+    }
+
+    async fn write_during_a_cancel(slow: Duration) {
+        let dir = tempfile::tempdir().unwrap();
+        let roots = vec![dir.path().to_path_buf()];
+        let config = Config::from_env(&|_| None);
+        let model = config.default_model().unwrap().clone();
+        let client = ModelClient::new(Arc::new(model), &NetworkSettings::default()).unwrap();
+        let cancel = CancellationToken::new();
+        let host = CancelMidWrite { cancel: cancel.clone(), slow };
+        let events = Recorded::default();
+        let policy = Mutex::new(Policy::new(Mode::FullAuto));
+        let limits = ToolLimits::default();
+        let seen = tools::versions::FileVersions::default();
+        let turn = Turn {
+            client: &client,
+            settings: &config.agent,
+            events: &events,
+            cancel: &cancel,
+            workspace: Workspace {
+                cwd: dir.path(),
+                roots: &roots,
+                host: &host,
+                approver: &NeverAsked,
+                policy: &policy,
+                limits: &limits,
+                seen: &seen,
+            },
+            tools: tools::definitions_with(false),
+            external: None,
+            context: &config.context,
+        };
+        let call = ToolCallRequest {
+            id: "call_1".into(),
+            name: "write_file".into(),
+            arguments: r#"{"path": "new.txt", "content": "hello\n"}"#.into(),
+        };
+        let (for_model, flow) = turn.run_tool(&call).await;
+        assert_eq!(flow, Flow::Cancelled, "the turn stops");
+        assert_eq!(for_model, "Created new.txt (1 line).");
+        assert_eq!(std::fs::read_to_string(dir.path().join("new.txt")).unwrap(), "hello\n");
+        let last = events.0.lock().unwrap().last().cloned();
+        let Some(AgentEvent::ToolCallUpdated { change, .. }) = last else { panic!("no final update: {last:?}") };
+        assert_eq!(change.status, Some(ToolCallStatus::Completed));
+    }
 }
