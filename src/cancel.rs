@@ -33,13 +33,11 @@ pub trait OrCancel: Future + Sized {
 }
 
 impl<F: Future> OrCancel for F {
-    fn or_cancel(self, token: &CancellationToken) -> impl Future<Output = Result<F::Output, Cancelled>> {
-        async move {
-            tokio::select! {
-                biased;
-                () = token.cancelled() => Err(Cancelled),
-                value = self => Ok(value),
-            }
+    async fn or_cancel(self, token: &CancellationToken) -> Result<F::Output, Cancelled> {
+        tokio::select! {
+            biased;
+            () = token.cancelled() => Err(Cancelled),
+            value = self => Ok(value),
         }
     }
 }
