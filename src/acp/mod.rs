@@ -145,6 +145,9 @@ where
     let mut writer_done = std::pin::pin!(writer_done);
     let mut writer_stopped = false;
     loop {
+        // Not a cancel race: the reader serves several sources, in this
+        // order (shutdown first, then a stopped writer, finished loads, and
+        // the next line).
         let line = tokio::select! {
             biased;
             () = &mut shutdown => {
