@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::acp_client::{AgentProcess, final_status, handshake, prompt};
+use crate::support::acp_client::{Agent, final_status, handshake, prompt};
 use crate::support::editor::FakeEditor;
 use crate::support::harness::Harness;
 use crate::support::mock_openai::{
@@ -19,7 +19,7 @@ use crate::support::mock_openai::{
 };
 use crate::support::write_config;
 
-async fn set_mode(agent: &mut AgentProcess, session: &str, mode: &str) {
+async fn set_mode(agent: &mut Agent, session: &str, mode: &str) {
     let id = agent.request("session/set_mode", json!({"sessionId": session, "modeId": mode})).await;
     let (_, response) = agent.response(id).await;
     assert!(response.get("result").is_some(), "{response}");
@@ -172,7 +172,7 @@ async fn sigkill_during_large_writes_never_leaves_a_torn_file() {
     const MIB_LINES: usize = 1024 * 1024 / LINE;
     let seed = 0x5eed_f11e_5afe_0001;
     let mut rng = Rng(seed);
-    let mut h = Harness::start().await;
+    let mut h = Harness::process("", &[]).await;
     let config = h.home.path().join("config.toml").to_string_lossy().into_owned();
     let name = "big.txt";
     let target = h.project.join(name);
@@ -205,7 +205,7 @@ async fn sigkill_during_large_writes_never_leaves_a_torn_file() {
             // A fresh mock each round: it keeps every request it receives.
             h.mock = MockOpenAi::start().await;
             write_config(h.home.path(), &h.mock.base_url(), "");
-            h.agent = AgentProcess::spawn(&["--config", &config], &[], h.home.path());
+            h.agent = h.agent_with(&["--config", &config]);
         }
         let session = handshake(&mut h.agent, json!({}), &h.project).await;
         set_mode(&mut h.agent, &session, "full-auto").await;

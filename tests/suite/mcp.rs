@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::support::acp_client::{
-    AgentProcess, DEFAULT_TIMEOUT, agent_text, final_status, prompt, updates_for, updates_of_kind,
+    Agent, DEFAULT_TIMEOUT, agent_text, final_status, prompt, updates_for, updates_of_kind,
 };
 use crate::support::editor::{FakeEditor, Permission};
 use crate::support::harness::Harness;
@@ -52,7 +52,7 @@ fn stdio_server(name: &str, args: &[&str], log: &Path) -> Value {
 
 /// `initialize` then `session/new` with these MCP servers; returns the
 /// session id and how long `session/new` took.
-async fn session_with(agent: &mut AgentProcess, cwd: &Path, servers: Value) -> (String, Duration) {
+async fn session_with(agent: &mut Agent, cwd: &Path, servers: Value) -> (String, Duration) {
     let id = agent.request("initialize", json!({"protocolVersion": 1, "clientCapabilities": {}})).await;
     let (_, response) = agent.response(id).await;
     assert!(response.get("result").is_some(), "{response}");

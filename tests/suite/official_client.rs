@@ -40,6 +40,7 @@ use agent_client_protocol::{AcpAgent, AcpAgentConfig, Agent, Client, LineDirecti
 use pretty_assertions::assert_eq;
 use tokio::sync::mpsc;
 
+use crate::support::acp_client::{environment, scrubbed};
 use crate::support::mock_openai::{MockOpenAi, Reply, Step, ev_finish, ev_reasoning, ev_role, ev_text, ev_usage};
 use crate::support::write_config;
 
@@ -52,11 +53,6 @@ const WHOLE: Duration = Duration::from_secs(20);
 const SETTLE: Duration = Duration::from_millis(150);
 /// How quickly a cancelled prompt must resolve.
 const CANCEL_BOUND: Duration = Duration::from_secs(2);
-
-/// Inherited variables removed so the developer's settings cannot leak in.
-const SCRUBBED_ENV_PREFIXES: &[&str] = &["LATHE_", "OPENAI_"];
-/// Hosts that must bypass any proxy configured in the environment.
-const LOOPBACK: &str = "127.0.0.1,localhost,::1";
 
 /// Every line that crossed lathe's stdio, tagged with its direction.
 #[derive(Clone, Default)]
@@ -83,15 +79,17 @@ impl Transcript {
 }
 
 /// The `lathe` binary as an SDK transport: `--config` pointing at `base_url`,
-/// `HOME`/`XDG_CONFIG_HOME` in `home`, `LATHE_*`/`OPENAI_*` removed, loopback
-/// exempt from proxies, every line recorded in `transcript`.
+/// in the agent environment the scripted client uses
+/// ([`crate::support::acp_client::environment`]: `LATHE_*`/`OPENAI_*`
+/// removed, `HOME` and the XDG directories in `home`, loopback exempt from
+/// proxies), every line recorded in `transcript`.
 fn lathe_agent(home: &Path, base_url: &str, transcript: &Transcript) -> AcpAgent {
     let config = write_config(home, base_url, "");
     let mut command = AcpAgentConfig::new("/usr/bin/env");
     for (name, _) in std::env::vars_os() {
         // A name that is not UTF-8 cannot be passed on (and cannot be ours).
         if let Some(name) = name.to_str()
-            && SCRUBBED_ENV_PREFIXES.iter().any(|prefix| name.starts_with(prefix))
+            && scrubbed(name)
         {
             command = command.arg("-u").arg(name);
         }
@@ -100,11 +98,7 @@ fn lathe_agent(home: &Path, base_url: &str, transcript: &Transcript) -> AcpAgent
         .arg(env!("CARGO_BIN_EXE_lathe"))
         .arg("--config")
         .arg(config.to_str().expect("temp paths are UTF-8"))
-        .env("HOME", home.to_str().expect("temp paths are UTF-8"))
-        .env("XDG_CONFIG_HOME", home.join(".config").to_str().expect("temp paths are UTF-8"))
-        .env("XDG_DATA_HOME", home.join(".local/share").to_str().expect("temp paths are UTF-8"))
-        .env("NO_PROXY", LOOPBACK)
-        .env("no_proxy", LOOPBACK);
+        .envs(environment(home, &[]));
     let transcript = transcript.clone();
     AcpAgent::new(command).with_debug(move |line, direction| transcript.push(line, direction))
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::acp_client::{AgentProcess, agent_text, prompt, thought_text, updates_of_kind};
+use crate::support::acp_client::{agent_text, prompt, thought_text, updates_of_kind};
 use crate::support::harness::Harness;
 use crate::support::mock_openai::{Reply, text_reply};
 
@@ -123,7 +123,7 @@ async fn an_unreachable_endpoint_is_retried() {
         &format!("http://{closed}/v1"),
         "[network]\nmax_retries = 2\nretry_initial_delay_secs = 0.01\nretry_max_delay_secs = 0.02\n",
     );
-    h.agent = AgentProcess::spawn(&["--config", config.to_str().unwrap()], &[], h.home.path());
+    h.agent = h.agent_with(&["--config", config.to_str().unwrap()]);
     let session = h.session().await;
     let (before, response) = prompt_and_wait(&mut h, &session).await;
     let error = error_of(&response);

@@ -97,8 +97,7 @@ async fn an_unreachable_endpoint_is_a_network_error() {
     // Point the config at a port nobody listens on.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let config = crate::support::write_config(h.home.path(), &format!("http://{closed}/v1"), NO_RETRIES);
-    h.agent =
-        crate::support::acp_client::AgentProcess::spawn(&["--config", config.to_str().unwrap()], &[], h.home.path());
+    h.agent = h.agent_with(&["--config", config.to_str().unwrap()]);
     let session = h.session().await;
     let (_, error) = failed_prompt(&mut h, &session).await;
     assert_eq!(error["data"]["kind"], "network", "{error}");
@@ -163,7 +162,7 @@ async fn an_error_inside_the_stream_ends_the_prompt() {
 async fn no_model_configured_explains_how_to_configure() {
     let home = tempfile::tempdir().unwrap();
     let project = home.path().canonicalize().unwrap();
-    let mut agent = crate::support::acp_client::AgentProcess::spawn(&[], &[], home.path());
+    let mut agent = crate::support::acp_client::Agent::in_process(&[], &[], home.path());
     let session = crate::support::acp_client::handshake(&mut agent, json!({}), &project).await;
     let id = prompt(&mut agent, &session, "hi").await;
     let (_, response) = agent.response(id).await;
@@ -176,11 +175,10 @@ async fn no_model_configured_explains_how_to_configure() {
 #[tokio::test]
 async fn the_api_key_is_sent_and_never_logged() {
     let secret = "sk-test-very-secret-key-123";
-    let mut h = Harness::with_config_and_env(
-        "api_key_env = \"LATHE_TEST_KEY\"\n",
-        &[("LATHE_TEST_KEY", secret), ("RUST_LOG", "trace")],
-    )
-    .await;
+    // The binary: everything it logs, from any thread, at trace level.
+    let mut h =
+        Harness::process("api_key_env = \"LATHE_TEST_KEY\"\n", &[("LATHE_TEST_KEY", secret), ("RUST_LOG", "trace")])
+            .await;
     let session = h.session().await;
     h.mock.push(Reply::error(401, "bad key"));
     failed_prompt(&mut h, &session).await;

@@ -51,7 +51,7 @@ use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 use tokio::task::{JoinHandle, JoinSet};
-use tokio::time::{Instant, Sleep};
+use tokio::time::Sleep;
 
 /// A running mock server. Dropping it stops accepting and aborts every open
 /// connection.
@@ -250,13 +250,13 @@ impl MockOpenAi {
     }
 
     /// Polls `check` each time the state changes until it yields a value or
-    /// `timeout` passes. On timeout returns a snapshot for the panic message.
+    /// `timeout` (real time) passes. On timeout returns a snapshot for the panic message.
     async fn wait_until<T>(
         &self,
         timeout: Duration,
         mut check: impl FnMut(&State) -> Option<T>,
     ) -> Result<T, Snapshot> {
-        let deadline = Instant::now() + timeout;
+        let deadline = std::time::Instant::now() + timeout;
         loop {
             // Register interest before checking, so no change is missed.
             let notified = self.shared.changed.notified();
@@ -268,7 +268,9 @@ impl MockOpenAi {
                     return Ok(value);
                 }
             }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+            // A real-time bound: a paused clock must not end the wait early.
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if super::clock::within(left, notified).await.is_none() {
                 let state = self.shared.lock();
                 return Err(Snapshot { requests: state.requests.clone(), disconnects: state.disconnects });
             }
