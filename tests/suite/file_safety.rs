@@ -161,7 +161,12 @@ fn kill_during_write(dir: PathBuf, name: String, pid: Option<u32>, delay: Durati
 /// and kills the agent a seeded random delay after it appears, spread over
 /// the temporary file's measured lifetime (write, fsync, rename) scaled to
 /// the size, plus a quarter, so some kills land just after the rename.
+///
+/// The stress tier: it asserts that kills landed before, after and in the
+/// middle of a write, a timing property a loaded machine may need dozens of
+/// rounds (and seconds) to show. `.ci/run` runs it as a step of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "stress tier: .ci/run runs it with `cargo test -- --ignored`"]
 async fn sigkill_during_large_writes_never_leaves_a_torn_file() {
     // At least ROUNDS kills; more (up to MAX_ROUNDS) until kills have landed
     // before the rename, after it, and in the middle of writing: timing on a
