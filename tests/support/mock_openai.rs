@@ -26,7 +26,7 @@
 //! reads.
 //!
 //! The mock counts *disconnects*: responses whose connection closed before the
-//! reply was fully handed over (the client dropped the stream mid-reply,
+//! reply was fully handed over (or, for [`Reply::NoAnswer`], began) (the client dropped the stream mid-reply,
 //! including during a [`Step::Stall`]). Tests use this to prove that
 //! cancelling a turn really closes the HTTP stream.
 
@@ -103,6 +103,10 @@ pub enum Reply {
     /// `200 application/json` with this body: a server that ignores
     /// `stream: true`.
     Json(Value),
+    /// No answer at all, not even the status line: a server that took the
+    /// request and went silent. The connection stays open until the client
+    /// goes away (which counts as a disconnect).
+    NoAnswer,
 }
 
 impl Reply {
@@ -362,7 +366,21 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Result<Respo
         reply
     };
     shared.changed.notify_waiters();
+    if matches!(reply, Reply::NoAnswer) {
+        let _counted = CountsDisconnect(shared);
+        return std::future::pending().await;
+    }
     Ok(build_response(reply, shared))
+}
+
+/// Counts a disconnect when a request that was never answered is dropped
+/// (hyper drops it when the client closes the connection).
+struct CountsDisconnect(Arc<Shared>);
+
+impl Drop for CountsDisconnect {
+    fn drop(&mut self) {
+        self.0.count_disconnect();
+    }
 }
 
 fn build_response(reply: Reply, shared: Arc<Shared>) -> Response<MockBody> {
@@ -384,6 +402,7 @@ fn build_response(reply: Reply, shared: Arc<Shared>) -> Response<MockBody> {
             .header("content-type", "application/json")
             .body(MockBody::Full(Some(Bytes::from(value.to_string()))))
             .expect("mock: build JSON response"),
+        Reply::NoAnswer => unreachable!("handle() never answers Reply::NoAnswer"),
         Reply::Status { status, body, headers } => {
             let default_type =
                 if serde_json::from_str::<Value>(&body).is_ok() { "application/json" } else { "text/plain" };
