@@ -1,4 +1,4 @@
-//! The user's files, end to end through the real binary: writes are atomic
+//! The user's files, end to end: writes are atomic
 //! even when the agent is SIGKILLed in the middle of them, a change the user
 //! makes between the model's read and its edit is not overwritten, and
 //! hostile paths (devices, FIFOs, NUL, file names that are not UTF-8) fail
@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::support::acp_client::{Agent, final_status, handshake, prompt};
+use crate::support::clock::FrozenClock;
 use crate::support::editor::FakeEditor;
 use crate::support::harness::Harness;
 use crate::support::mock_openai::{
@@ -320,10 +321,13 @@ async fn a_change_the_user_made_since_the_model_read_is_not_overwritten() {
 }
 
 /// Devices, FIFOs and NUL paths fail at once with a clear message; the turn
-/// goes on.
+/// goes on. A read that waited on the FIFO (no writer ever comes) or read
+/// `/dev/zero` to its end would never finish: the response wait's bound
+/// fails the test; under a frozen clock no timeout can cut such a wait short.
 #[cfg(unix)]
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn hostile_paths_fail_fast_and_the_turn_goes_on() {
+    let _clock = FrozenClock::hold().await;
     let mut h = Harness::start().await;
     let fifo = h.project.join("pipe");
     assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
@@ -338,11 +342,9 @@ async fn hostile_paths_fail_fast_and_the_turn_goes_on() {
         ("call_up", "read_file", json!({"path": "../../../../../../etc/hostname"})),
     ]));
     h.mock.push(text_reply("done"));
-    let started = Instant::now();
     let id = prompt(&mut h.agent, &session, "poke around").await;
     let (messages, response) = h.agent.response(id).await;
     assert_eq!(response["result"]["stopReason"], "end_turn");
-    assert!(started.elapsed() < Duration::from_secs(5), "nothing hung: {:?}", started.elapsed());
     let body = &h.mock.requests()[1].body;
     for (call, expected) in [
         ("call_zero", "/dev/zero is a device, not a regular file"),
