@@ -551,7 +551,9 @@ impl Turn<'_> {
             Ok(outcome) => outcome,
             // The tool sees the same token; give it a moment to wind down
             // (or to finish a write it had started).
-            Err(Cancelled) => tokio::time::timeout(grace, &mut running).await.unwrap_or_else(|_| ToolOutcome::cancelled()),
+            Err(Cancelled) => {
+                tokio::time::timeout(grace, &mut running).await.unwrap_or_else(|_| ToolOutcome::cancelled())
+            }
         };
         let flow = if outcome.status == OutcomeStatus::Cancelled || self.cancel.is_cancelled() {
             Flow::Cancelled

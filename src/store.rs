@@ -1349,7 +1349,14 @@ mod tests {
     }
 
     fn answer(text: &str, reasoning: &str) -> Message {
-        Message::Assistant { text: text.into(), reasoning: reasoning.into(), tool_calls: vec![], interrupted: false }
+        Message::Assistant {
+            text: text.into(),
+            reasoning: reasoning.into(),
+            reasoning_field: None,
+            reasoning_details: None,
+            tool_calls: vec![],
+            interrupted: false,
+        }
     }
 
     fn log_text(dir: &Path, id: &str) -> String {

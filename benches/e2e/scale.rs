@@ -89,7 +89,7 @@ pub fn journal(opts: &Options, report: &mut Report) {
     );
     report.figures.push(Figure::new(
         "journal.bytes",
-        &format!("Journal: bytes logged for that turn (its prompt, answer, usage, transcript)"),
+        "Journal: bytes logged for that turn (its prompt, answer, usage, transcript)",
         "bytes",
         bytes,
     ));

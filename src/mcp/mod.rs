@@ -512,10 +512,9 @@ impl McpHub {
                 seconds(self.settings.call_timeout)
             )),
             Ok(Ok(Ok(result))) => present::outcome(result),
-            Ok(Ok(Err(ServiceError::McpError(error)))) => ToolOutcome::failed(format!(
-                "The MCP server `{server}` refused this `{tool}` call: {}",
-                error.message
-            )),
+            Ok(Ok(Err(ServiceError::McpError(error)))) => {
+                ToolOutcome::failed(format!("The MCP server `{server}` refused this `{tool}` call: {}", error.message))
+            }
             Ok(Ok(Err(error))) => self.lost(entry.server, &weak, &tool, &error).await,
         };
         // A call that changed the server's tools returns once the new list is in.

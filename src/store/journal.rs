@@ -177,25 +177,22 @@ impl WriterState {
     pub fn transcript(&mut self, out: &mut Vec<u8>, record: &Record) {
         self.continues = None;
         match record {
-            Record::Message(Message::Assistant { text, reasoning, tool_calls, interrupted }) => {
+            Record::Message(message @ Message::Assistant { text, reasoning, .. }) => {
                 let text_of = Recent::id_of(&self.recent.agent, text);
                 let reasoning_of = Recent::id_of(&self.recent.thought, reasoning);
                 self.recent.clear();
                 if text_of.is_none() && reasoning_of.is_none() {
-                    let message = Message::Assistant {
-                        text: text.clone(),
-                        reasoning: reasoning.clone(),
-                        tool_calls: tool_calls.clone(),
-                        interrupted: *interrupted,
-                    };
-                    return line(out, &LineOut::Message { message: &message, text_of: None, reasoning_of: None });
+                    return line(out, &LineOut::Message { message, text_of: None, reasoning_of: None });
                 }
-                let message = Message::Assistant {
-                    text: if text_of.is_some() { String::new() } else { text.clone() },
-                    reasoning: if reasoning_of.is_some() { String::new() } else { reasoning.clone() },
-                    tool_calls: tool_calls.clone(),
-                    interrupted: *interrupted,
-                };
+                let mut message = message.clone();
+                if let Message::Assistant { text, reasoning, .. } = &mut message {
+                    if text_of.is_some() {
+                        text.clear();
+                    }
+                    if reasoning_of.is_some() {
+                        reasoning.clear();
+                    }
+                }
                 line(
                     out,
                     &LineOut::Message {

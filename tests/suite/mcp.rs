@@ -205,7 +205,7 @@ async fn stdio_tools_are_offered_and_called_behind_permission() {
 async fn a_read_only_hint_never_skips_the_question() {
     let mut h = Harness::start().await;
     let log = h.home.path().join("fixture.log");
-    let (session, _) = session_with(&mut h.agent, &h.project, json!([stdio_server("fx", &[], &log)])).await;
+    let session = session_with(&mut h.agent, &h.project, json!([stdio_server("fx", &[], &log)])).await;
     for mode in ["ask", "accept-edits"] {
         set_mode(&mut h, &session, mode).await;
         h.mock.push(tool_call_reply(&[("call_e", "fx__echo", json!({"text": mode}))]));
