@@ -1,20 +1,12 @@
 //! Unit tests of [`Turn`] (issue 12 item 2): the turn loop driven directly,
 //! with a recording [`EventSink`], a scripted [`Approver`], the local disk in
-//! a temporary directory, and the model behind the mock OpenAI server of the
-//! integration tests (real HTTP and SSE over loopback, shared by `#[path]`
-//! so there is one mock). Every test runs on a paused clock that moves only
-//! when a test says so ([`clock::FrozenClock`]): no timeout, back-off or
-//! grace period can fire behind a test's back, and a cancellation lands
-//! exactly at the await it names, because a seam (the sink, the approver,
-//! the host, the external tools) or the mock's own record triggers it.
-
-// The shared test support: each suite uses part of it.
-#[allow(dead_code)]
-#[path = "../../tests/support/clock.rs"]
-mod clock;
-#[allow(dead_code)]
-#[path = "../../tests/support/mock_openai.rs"]
-mod mock_openai;
+//! a temporary directory, and the model behind the integration tests' mock
+//! OpenAI server (real HTTP and SSE over loopback, [`crate::test_support`]).
+//! Every test runs on a paused clock that moves only when a test says so
+//! ([`FrozenClock`]): no timeout, back-off or grace period can fire behind a
+//! test's back, and a cancellation lands exactly at the await it names,
+//! because a seam (the sink, the approver, the host, the external tools) or
+//! the mock's own record triggers it.
 
 use std::collections::VecDeque;
 use std::path::Path;
@@ -24,15 +16,15 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 
-use self::clock::FrozenClock;
-use self::mock_openai::{
-    MockOpenAi, Reply, Step, ev_finish, ev_role, ev_text, ev_tool_call_args, ev_tool_call_start, ev_usage, text_reply,
-    tool_call_reply, tool_result,
-};
 use super::*;
 use crate::config::Config;
 use crate::fs_guard::Target;
 use crate::permission::{ApprovalError, Mode};
+use crate::test_support::clock::{self, FrozenClock};
+use crate::test_support::mock_openai::{
+    MockOpenAi, Reply, Step, ev_finish, ev_role, ev_text, ev_tool_call_args, ev_tool_call_start, ev_usage, text_reply,
+    tool_call_reply, tool_result,
+};
 use crate::tools::local::LocalHost;
 use crate::tools::{HostError, Terminals};
 
