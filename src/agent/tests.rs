@@ -1017,23 +1017,30 @@ async fn cancelled_while_a_tool_runs() {
     assert_eq!(f.events.statuses("call_after"), [ToolCallStatus::Failed]);
 }
 
-/// A cancel during the summary request leaves the history as it was, with
-/// the prompt answered by an (empty) interrupted answer as after any cancel.
+/// A cancel during the summary request (while it opens: no answer at all;
+/// or while it streams: part of it, then silence) leaves the history as it
+/// was, with the prompt answered by an (empty) interrupted answer as after
+/// any cancel.
 #[tokio::test(start_paused = true)]
 async fn cancelled_while_summarising() {
-    let f = small_window().await;
-    let mut conversation = long_history();
-    let history = conversation.messages().to_vec();
-    f.mock.push(Reply::Sse(vec![ev_role(), ev_text("SUMM"), Step::Stall]));
+    for summary in [Reply::NoAnswer, Reply::Sse(vec![ev_role(), ev_text("SUMM"), Step::Stall])] {
+        let f = small_window().await;
+        let mut conversation = long_history();
+        let history = conversation.messages().to_vec();
+        f.mock.push(summary);
 
-    let stop = f.run_cancelled_at_request(&mut conversation, "/v1/chat/completions").await;
+        let stop = f.run_cancelled_at_request(&mut conversation, "/v1/chat/completions").await;
 
-    assert_eq!(stop, StopReason::Cancelled);
-    assert_eq!(&conversation.messages()[..6], &history[..]);
-    assert_eq!(conversation.messages().len(), 8, "{:#?}", conversation.messages());
-    assert!(
-        matches!(conversation.messages().last(), Some(Message::Assistant { text, interrupted: true, .. }) if text.is_empty())
-    );
-    assert_eq!(f.mock.chat_requests().len(), 1, "no request after the summary's");
-    f.mock.wait_for_disconnects(1, WAIT).await;
+        assert_eq!(stop, StopReason::Cancelled);
+        let messages = conversation.messages();
+        assert_eq!(&messages[..6], &history[..]);
+        assert_eq!(messages.len(), 8, "{messages:#?}");
+        let last = messages.last();
+        assert!(
+            matches!(last, Some(Message::Assistant { text, interrupted: true, .. }) if text.is_empty()),
+            "{last:?}"
+        );
+        assert_eq!(f.mock.chat_requests().len(), 1, "no request after the summary's");
+        f.mock.wait_for_disconnects(1, WAIT).await;
+    }
 }
