@@ -1422,8 +1422,8 @@ mod tests {
 
     /// Runs `args` locally in `dir` on a frozen clock, moving it on by the
     /// command's timeout once the command has written its pid to `pgid`
-    /// (its deadline is set by then): the timeout fires, in virtual time,
-    /// and nothing else can.
+    /// (its deadline is set by then; what it wrote before is in the pipe):
+    /// the timeout fires, in virtual time, and nothing else can.
     async fn run_local_until_its_timeout(args: ShellArgs, dir: &Path) -> ToolOutcome {
         let clock = FrozenClock::hold().await;
         let timeout = Duration::from_secs_f64(args.timeout_secs.unwrap());
@@ -1442,7 +1442,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn timeout_kills_the_whole_group() {
         let dir = tempfile::tempdir().unwrap();
-        let outcome = run_local_until_its_timeout(with_timeout(SLEEPERS, 1.0), dir.path()).await;
+        // SLEEPERS, but the pid file comes last: once it is there, the line
+        // is in the pipe and both sleeps run, however slow the machine.
+        let command = "echo started; sleep 300 & sleep 300 & echo $$ > pgid.tmp; mv pgid.tmp pgid; wait";
+        let outcome = run_local_until_its_timeout(with_timeout(command, 1.0), dir.path()).await;
         assert_eq!(outcome.status, OutcomeStatus::Failed);
         assert_eq!(outcome.for_model, "Command timed out after 1 s and was killed.\nstarted");
         assert_eq!(outcome.raw_output, Some(json!({"exit_code": null, "timed_out": true})));
