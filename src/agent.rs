@@ -268,7 +268,10 @@ impl Turn<'_> {
                 match self.compact(conversation, Some(turn_start)).await {
                     Compaction::Done { turn_start: moved } => turn_start = moved,
                     Compaction::NothingToDo | Compaction::Failed(_) => {}
-                    Compaction::Cancelled => return Ok(StopReason::Cancelled),
+                    Compaction::Cancelled => {
+                        keep_interrupted(conversation, None);
+                        return Ok(StopReason::Cancelled);
+                    }
                 }
             }
             let output = match self.sample(conversation).await {
@@ -1141,6 +1144,9 @@ fn keep_interrupted(conversation: &mut Conversation, partial: Option<StreamDecod
     };
     conversation.push(message);
 }
+
+#[cfg(test)]
+mod tests;
 
 #[cfg(test)]
 mod cancelled_write_tests {

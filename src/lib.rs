@@ -50,4 +50,7 @@ pub mod session;
 pub mod store;
 pub mod tools;
 
+#[cfg(test)]
+mod test_support;
+
 pub use acp::{serve, serve_stdio};

@@ -1203,7 +1203,7 @@ fn unreadable_note(unreadable: u64) -> String {
 #[cfg(test)]
 mod tests {
     use std::fs;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     use futures_util::future::BoxFuture;
 
@@ -1539,7 +1539,6 @@ mod tests {
             progress: &|_| {},
             seen: &crate::tools::versions::FileVersions::default(),
         };
-        let started = Instant::now();
         let base = Target::of(f.root());
         let args: GrepArgs = serde_json::from_value(json!({"pattern": "fn"})).unwrap();
         assert_eq!(grep(args, &base, &ctx).await.status, OutcomeStatus::Cancelled);
@@ -1547,7 +1546,6 @@ mod tests {
         assert_eq!(glob(args, &base, &ctx).await.status, OutcomeStatus::Cancelled);
         let args: ListDirectoryArgs = serde_json::from_value(json!({})).unwrap();
         assert_eq!(list_directory(args, &base, &ctx).await.status, OutcomeStatus::Cancelled);
-        assert!(started.elapsed() < Duration::from_secs(2));
 
         // The blocking walk notices the token on its own and stops.
         let job = GrepJob {
