@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use agent_client_protocol_schema::v1::CancelRequestNotification;
 use serde::Serialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -378,7 +379,7 @@ impl PendingCall {
 impl Drop for PendingCall {
     fn drop(&mut self) {
         if self.answer.is_some() && self.outbox.pending().remove(&self.id).is_some() {
-            self.outbox.notify(CANCEL_REQUEST_METHOD, &serde_json::json!({ "requestId": self.id }));
+            self.outbox.notify(CANCEL_REQUEST_METHOD, &CancelRequestNotification::new(self.id));
         }
     }
 }
