@@ -48,6 +48,7 @@ pub mod rpc;
 pub mod sandbox;
 pub mod session;
 pub mod store;
+pub mod sync;
 pub mod tools;
 
 pub use acp::{serve, serve_stdio};

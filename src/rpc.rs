@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use agent_client_protocol_schema::v1::CancelRequestNotification;
 use serde::Serialize;
@@ -20,6 +20,8 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
+
+use crate::sync::lock;
 
 /// Parse error: the line is not JSON (or not UTF-8).
 pub const PARSE_ERROR: i32 = -32700;
@@ -310,7 +312,7 @@ impl Outbox {
     }
 
     fn pending(&self) -> std::sync::MutexGuard<'_, PendingCalls> {
-        self.inner.pending.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.inner.pending)
     }
 
     /// Routes a response from the peer to the call waiting for it.

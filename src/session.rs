@@ -19,7 +19,7 @@
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::OwnedMutexGuard;
 use tokio_util::sync::CancellationToken;
@@ -28,6 +28,7 @@ use crate::cancel::OrCancel as _;
 use crate::model::Message;
 use crate::permission::{Mode, Policy};
 use crate::store::{Record, Store};
+use crate::sync::lock;
 
 /// Where a session's records go on disk.
 #[derive(Debug, Clone)]
@@ -215,10 +216,6 @@ pub struct TurnGuard {
 struct QueueState {
     serving: u64,
     abandoned: std::collections::BTreeSet<u64>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Session {

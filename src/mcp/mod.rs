@@ -41,7 +41,7 @@ mod stdio;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
@@ -55,6 +55,7 @@ use crate::cancel::{Cancelled, OrCancel as _};
 use crate::child::Launcher;
 use crate::config::{McpServer, McpSettings, McpTransport};
 use crate::model::ToolDefinition;
+use crate::sync::lock;
 use crate::tools::{Access, Description, ExternalCall, ExternalTools, ToolContext, ToolKind, ToolOutcome};
 use catalog::Catalog;
 use connection::{Connection, Signals, seconds};
@@ -152,10 +153,6 @@ impl std::fmt::Debug for McpHub {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("McpHub").field("servers", &self.servers.iter().map(|s| &s.spec).collect::<Vec<_>>()).finish()
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl McpHub {

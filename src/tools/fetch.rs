@@ -21,7 +21,7 @@
 use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ipnet::{Ipv4Net, Ipv6Net};
@@ -33,6 +33,7 @@ use serde_json::{Value, json};
 
 use super::{Access, Description, DisplayContent, ToolContext, ToolLimits, ToolOutcome};
 use crate::cancel::OrCancel as _;
+use crate::sync::lock;
 
 /// Redirects followed before giving up.
 pub const MAX_REDIRECTS: usize = 5;
@@ -345,14 +346,14 @@ struct GuardedResolver {
 
 impl GuardedResolver {
     fn exempt_only(&self, names: HashSet<String>) {
-        *self.exempt.lock().unwrap_or_else(PoisonError::into_inner) = names;
+        *lock(&self.exempt) = names;
     }
 }
 
 impl Resolve for GuardedResolver {
     fn resolve(&self, name: Name) -> Resolving {
         let host = name.as_str().trim_end_matches('.').to_ascii_lowercase();
-        let exempt = self.exempt.lock().unwrap_or_else(PoisonError::into_inner).contains(&host);
+        let exempt = lock(&self.exempt).contains(&host);
         let name = name.as_str().to_owned();
         Box::pin(async move {
             let addrs: Vec<SocketAddr> = tokio::net::lookup_host((name.as_str(), 0)).await?.collect();
@@ -785,7 +786,7 @@ fn html_to_markdown(html: &str) -> (Option<String>, String) {
         .add_handler(vec!["title"], move |handlers: &dyn htmd::element_handler::Handlers, element: htmd::Element| {
             let text = handlers.walk_children(element.node).content;
             let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
-            let mut slot = title_slot.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut slot = lock(&title_slot);
             if slot.is_none() && !text.is_empty() {
                 *slot = Some(text);
             }
@@ -798,15 +799,15 @@ fn html_to_markdown(html: &str) -> (Option<String>, String) {
                 let converted = handlers.fallback(element)?;
                 if main && !converted.content.trim().is_empty() {
                     // The outermost main finishes last and wins.
-                    *main_slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(converted.content.clone());
+                    *lock(&main_slot) = Some(converted.content.clone());
                 }
                 Some(converted)
             },
         )
         .build();
     let whole = converter.convert(html).unwrap_or_default();
-    let main = main.lock().unwrap_or_else(PoisonError::into_inner).take();
-    let title = title.lock().unwrap_or_else(PoisonError::into_inner).take();
+    let main = lock(&main).take();
+    let title = lock(&title).take();
     let text = main.map_or(whole, |main| main.trim_matches('\n').to_owned());
     (title, text)
 }
