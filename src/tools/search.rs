@@ -1557,10 +1557,13 @@ mod tests {
         .unwrap();
         assert_eq!((args.pattern.as_str(), args.path.as_deref(), args.context), ("x", Some("src"), Some(3)));
         assert!(args.case_insensitive && !args.literal);
+        // The same spellings as edit_file's flags (tools::lenient): 0/1 too.
+        let args: GrepArgs = serde_json::from_value(json!({"pattern": "x", "literal": 1, "ignore_case": 0})).unwrap();
+        assert!(args.literal && !args.case_insensitive);
         let args: ListDirectoryArgs = serde_json::from_value(json!({"path": null, "depth": null})).unwrap();
         assert_eq!((args.path, args.depth, args.all), (None, None, false));
         let err = serde_json::from_value::<GrepArgs>(json!({"pattern": "x", "context": "lots"})).unwrap_err();
-        assert!(err.to_string().contains("non-negative integer"), "{err}");
+        assert!(err.to_string().contains("positive whole number"), "{err}");
     }
 
     /// Defect 16 of issue 11, and what the walker reads on its own: grep on
