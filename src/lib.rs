@@ -40,6 +40,7 @@ pub mod child;
 pub mod commands;
 pub mod config;
 pub mod fs_guard;
+pub mod http;
 pub mod mcp;
 pub mod model;
 pub mod permission;

@@ -170,7 +170,7 @@ impl McpHub {
         let remote =
             servers.iter().any(|s| matches!(s.transport, McpTransport::Http { .. } | McpTransport::Sse { .. }));
         let http = if remote {
-            reqwest::Client::builder()
+            crate::http::client_builder()
                 .connect_timeout(settings.startup_timeout)
                 .build()
                 .map_err(|err| format!("lathe cannot make an HTTP client ({err})"))

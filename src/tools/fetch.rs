@@ -551,7 +551,7 @@ fn cap(text: &str, max: usize) -> (&str, bool) {
 /// final page.
 async fn fetch_page(first: Url, trust: &HostTrust, limits: &ToolLimits, max_bytes: usize) -> Result<Page, Failure> {
     let resolver = Arc::new(GuardedResolver::default());
-    let client = reqwest::Client::builder()
+    let client = crate::http::client_builder()
         .connect_timeout(limits.fetch_connect_timeout)
         .redirect(reqwest::redirect::Policy::none())
         .dns_resolver(Arc::clone(&resolver))
