@@ -39,6 +39,7 @@ pub mod cancel;
 pub mod child;
 pub mod commands;
 pub mod config;
+pub mod errors;
 pub mod fs_guard;
 pub mod http;
 pub mod mcp;

@@ -16,6 +16,7 @@ use agent_client_protocol_schema::v1::{
 };
 use futures_util::future::BoxFuture;
 
+use super::RESOURCE_NOT_FOUND;
 use super::updates::{self, Lines};
 use crate::agent::ToolCallChange;
 use crate::fs_guard::{GuardError, Target};
@@ -25,9 +26,6 @@ use crate::tools::local::{Action, LocalHost, guard_error};
 use crate::tools::{
     DisplayContent, Host, HostError, Launcher, TerminalCommand, TerminalExit, TerminalOutput, Terminals,
 };
-
-/// ACP's "resource not found" code.
-const RESOURCE_NOT_FOUND: i32 = -32002;
 
 /// Files and terminals for one session: through the editor where it offers
 /// them, locally otherwise.

@@ -76,7 +76,8 @@ use crate::store::{FailureSink, Store};
 use crate::sync::lock;
 use warnings::Warnings;
 
-/// ACP's "resource not found" code, used for unknown sessions.
+/// ACP's "resource not found" code (`ErrorCode::ResourceNotFound`): an
+/// unknown session from the editor, a missing file from the editor's `fs/*`.
 const RESOURCE_NOT_FOUND: i32 = -32002;
 
 /// How long shutdown waits for running turns to answer before giving up on them.

@@ -33,6 +33,7 @@ use serde_json::{Value, json};
 
 use super::{Access, Description, DisplayContent, ToolContext, ToolLimits, ToolOutcome};
 use crate::cancel::OrCancel as _;
+use crate::errors::chain;
 use crate::sync::lock;
 
 /// Redirects followed before giving up.
@@ -731,20 +732,6 @@ fn send_failure(url: &Url, err: &reqwest::Error, limits: &ToolLimits) -> Failure
         ));
     }
     Failure::new(format!("could not fetch {url}: {}", chain(err)))
-}
-
-/// An error and its causes, on one line.
-fn chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let cause = cause.to_string();
-        if !text.contains(&cause) {
-            let _ = write!(text, ": {cause}");
-        }
-        source = source.and_then(std::error::Error::source);
-    }
-    text
 }
 
 /// The body as text, in the charset its `Content-Type` names (a byte-order
