@@ -21,7 +21,7 @@
 
 use std::ops::Deref;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use tokio_util::sync::CancellationToken;
 
@@ -35,6 +35,7 @@ use crate::model::{
 use crate::permission::{Answer, Approver, PermissionQuestion, Policy, Verdict};
 use crate::prompt::SystemPrompt;
 use crate::session::{Conversation, UsageMark};
+use crate::sync::lock;
 use crate::tools::fetch::HostTrust;
 use crate::tools::{
     self, Access, CANCELLED_RESULT, Description, DisplayContent, ExternalCall, ExternalTools, Host, Location,
@@ -717,10 +718,6 @@ impl Turn<'_> {
 enum Flow {
     Continue,
     Cancelled,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The title shown while the model is still writing a call's arguments.

@@ -39,7 +39,9 @@ pub mod cancel;
 pub mod child;
 pub mod commands;
 pub mod config;
+pub mod errors;
 pub mod fs_guard;
+pub mod http;
 pub mod mcp;
 pub mod model;
 pub mod permission;
@@ -48,6 +50,7 @@ pub mod rpc;
 pub mod sandbox;
 pub mod session;
 pub mod store;
+pub mod sync;
 pub mod tools;
 
 #[cfg(test)]

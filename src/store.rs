@@ -261,11 +261,7 @@ pub fn default_data_dir(cli: Option<&Path>, env: &dyn Fn(&str) -> Option<String>
     if let Some(path) = env("LATHE_DATA_DIR").filter(|p| !p.is_empty()) {
         return Some(PathBuf::from(path));
     }
-    let data_home = env("XDG_DATA_HOME")
-        .filter(|p| !p.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| env("HOME").filter(|h| !h.is_empty()).map(|h| Path::new(&h).join(".local").join("share")))?;
-    Some(data_home.join("lathe"))
+    Some(crate::config::xdg_home(env, "XDG_DATA_HOME", ".local/share")?.join("lathe"))
 }
 
 /// Now, as RFC 3339 with second precision.
