@@ -22,8 +22,8 @@ use crate::fs_guard::Target;
 use crate::permission::{ApprovalError, Mode};
 use crate::test_support::clock::{self, FrozenClock};
 use crate::test_support::mock_openai::{
-    MockOpenAi, Reply, Step, ev_finish, ev_role, ev_text, ev_tool_call_args, ev_tool_call_start, ev_usage, text_reply,
-    tool_call_reply, tool_result,
+    self, MockOpenAi, Reply, Step, ev_finish, ev_role, ev_text, ev_tool_call_args, ev_tool_call_start, ev_usage,
+    text_reply, tool_call_reply, tool_result,
 };
 use crate::tools::local::LocalHost;
 use crate::tools::{HostError, Terminals};
@@ -508,6 +508,14 @@ async fn a_refusal_drops_the_prompt_from_the_history() {
     assert!(!f.cwd().join("r.txt").exists());
     assert_eq!(f.events.statuses("call_r"), [ToolCallStatus::Failed]);
     assert!(f.approver.asked.lock().unwrap().is_empty());
+
+    // The model's own refusal (OpenAI's `refusal` delta) with a plain stop.
+    let refusal = mock_openai::chunk(json!({"refusal": "I can't help with that."}), None);
+    f.mock.push(Reply::Sse(vec![ev_role(), Step::Event(refusal), ev_finish("stop"), Step::Done]));
+    let stop = f.run(&mut conversation, "something else refused").await.unwrap();
+    assert_eq!(stop, StopReason::Refusal);
+    assert_eq!(conversation.messages(), before);
+    assert!(f.events.text().ends_with("I can't help with that."), "the user sees why");
 }
 
 /// An answer cut at the output-token limit stops the turn; its calls are

@@ -237,6 +237,9 @@ async fn a_404_is_reported() {
 #[tokio::test]
 async fn a_20_mb_page_is_capped_and_not_downloaded_whole() {
     let (mut h, web, session) = start("").await;
+    // A hang detector, not a speed claim: a debug build converting megabytes
+    // of HTML on a loaded machine can take longer than the default bound.
+    h.agent.set_timeout(Duration::from_secs(60));
     let size = 20 * 1024 * 1024;
     let paragraph = Bytes::from_static(b"<p>All work and no play makes a long page.</p>\n");
     web.route("/big", Route::Generated { content_type: "text/html".into(), size, fill: paragraph });

@@ -244,6 +244,9 @@ async fn no_key_means_no_authorization_header() {
 #[tokio::test]
 async fn an_endless_sse_line_is_cut_off() {
     let mut h = Harness::with_config(NO_RETRIES).await;
+    // A hang detector, not a speed claim: a debug build scanning megabytes
+    // on a loaded machine can take longer than the default bound.
+    h.agent.set_timeout(Duration::from_secs(60));
     let session = h.session().await;
     let mut steps = vec![ev_role(), ev_text("start ")];
     steps.push(Step::Raw("data: {\"junk\":\"".to_owned()));
