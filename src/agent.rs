@@ -440,6 +440,66 @@ impl Turn<'_> {
         message
     }
 
+    /// The permission step: the policy's verdict on what the call touches,
+    /// and the user's answer when the policy asks. `Err` carries the result
+    /// for the model (and the flow) of a call that will not run; the call is
+    /// already reported finished then.
+    async fn permit(
+        &self,
+        call: &ToolCallRequest,
+        kind: ToolKind,
+        description: &Description,
+        raw_input: Option<serde_json::Value>,
+    ) -> Result<Permit, (String, Flow)> {
+        let workspace = &self.workspace;
+        let verdict = lock(workspace.policy).judge(&description.access, workspace.roots);
+        match verdict {
+            Verdict::Allow => Ok(Permit { approved: false, answered: None }),
+            Verdict::Deny(reason) => {
+                self.finish_call(&call.id, ToolOutcome::failed(reason.clone()));
+                Err((reason, Flow::Continue))
+            }
+            Verdict::Ask => {
+                let choices = lock(workspace.policy).options(&description.access, workspace.roots);
+                let question = PermissionQuestion {
+                    call_id: call.id.clone(),
+                    title: description.title.clone(),
+                    kind,
+                    locations: description.locations.clone(),
+                    preview: description.preview.clone(),
+                    raw_input,
+                    choices,
+                };
+                let answer = match workspace.approver.ask(&question).or_cancel(self.cancel).await {
+                    Err(Cancelled) => Answer::Cancelled,
+                    Ok(Ok(answer)) => answer,
+                    Ok(Err(err)) => {
+                        let message = format!("Not run: the editor could not ask the user for permission ({err}).");
+                        self.finish_call(&call.id, ToolOutcome::failed(message.clone()));
+                        return Err((message, Flow::Continue));
+                    }
+                };
+                lock(workspace.policy).remember(&description.access, workspace.roots, answer);
+                match answer {
+                    Answer::AllowOnce | Answer::AllowAlways | Answer::AllowOutside => {
+                        Ok(Permit { approved: true, answered: Some(answer) })
+                    }
+                    Answer::RejectOnce | Answer::RejectAlways => {
+                        let message = "The user declined this tool call. Do not retry it as is; \
+                                       ask the user how to proceed or take another approach."
+                            .to_owned();
+                        self.finish_call(&call.id, ToolOutcome::failed("Declined by the user."));
+                        Err((message, Flow::Continue))
+                    }
+                    Answer::Cancelled => {
+                        self.finish_call(&call.id, ToolOutcome::cancelled());
+                        Err((CANCELLED_RESULT.to_owned(), Flow::Cancelled))
+                    }
+                }
+            }
+        }
+    }
+
     /// One call: describe it, judge it, maybe ask, run it, report it.
     /// Returns the result for the model.
     async fn run_tool(&self, call: &ToolCallRequest) -> (String, Flow) {
@@ -464,54 +524,10 @@ impl Turn<'_> {
                 ..ToolCallChange::default()
             },
         );
-        let verdict = lock(workspace.policy).judge(&description.access, workspace.roots);
-        // Whether the user said yes to this very call, and how.
-        let mut approved = false;
-        let mut answered = None;
-        match verdict {
-            Verdict::Allow => {}
-            Verdict::Deny(reason) => {
-                self.finish_call(&call.id, ToolOutcome::failed(reason.clone()));
-                return (reason, Flow::Continue);
-            }
-            Verdict::Ask => {
-                let choices = lock(workspace.policy).options(&description.access, workspace.roots);
-                let question = PermissionQuestion {
-                    call_id: call.id.clone(),
-                    title: description.title.clone(),
-                    kind,
-                    locations: description.locations.clone(),
-                    preview: description.preview.clone(),
-                    raw_input,
-                    choices,
-                };
-                let answer = match workspace.approver.ask(&question).or_cancel(self.cancel).await {
-                    Err(Cancelled) => Answer::Cancelled,
-                    Ok(Ok(answer)) => answer,
-                    Ok(Err(err)) => {
-                        let message = format!("Not run: the editor could not ask the user for permission ({err}).");
-                        self.finish_call(&call.id, ToolOutcome::failed(message.clone()));
-                        return (message, Flow::Continue);
-                    }
-                };
-                lock(workspace.policy).remember(&description.access, workspace.roots, answer);
-                answered = Some(answer);
-                match answer {
-                    Answer::AllowOnce | Answer::AllowAlways | Answer::AllowOutside => approved = true,
-                    Answer::RejectOnce | Answer::RejectAlways => {
-                        let message = "The user declined this tool call. Do not retry it as is; \
-                                       ask the user how to proceed or take another approach."
-                            .to_owned();
-                        self.finish_call(&call.id, ToolOutcome::failed("Declined by the user."));
-                        return (message, Flow::Continue);
-                    }
-                    Answer::Cancelled => {
-                        self.finish_call(&call.id, ToolOutcome::cancelled());
-                        return (CANCELLED_RESULT.to_owned(), Flow::Cancelled);
-                    }
-                }
-            }
-        }
+        let Permit { approved, answered } = match self.permit(call, kind, &description, raw_input).await {
+            Ok(permit) => permit,
+            Err(refused) => return refused,
+        };
         if let (Runnable::Builtin(prepared), Access::Fetch { .. }) = (&mut runnable, &description.access) {
             let remembered = lock(workspace.policy).fetch_hosts();
             prepared.set_host_trust(HostTrust { remembered, approved });
@@ -712,6 +728,14 @@ impl Turn<'_> {
             }
         }
     }
+}
+
+/// A call the permission step let through.
+struct Permit {
+    /// The user said yes to this very call (not merely a standing rule).
+    approved: bool,
+    /// The user's answer, when they were asked.
+    answered: Option<Answer>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

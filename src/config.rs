@@ -736,107 +736,167 @@ impl Config {
     }
 
     /// Parses and validates TOML text; `path` is used in messages only.
+    /// Each section is checked on its own (`TryFrom<...Toml>` and the
+    /// functions below); the first problem found is the error.
     pub fn from_toml_str(text: &str, path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
         let raw = parse_toml(text, path)?;
-        let invalid = |key: &str, message: String| ConfigError::Invalid {
-            path: path.display().to_string(),
-            key: key.to_owned(),
-            message,
-        };
-        if raw.models.is_empty() {
-            return Err(invalid("models", "no [models.<name>] table: configure at least one model".to_owned()));
+        let invalid = |(key, message): Invalid| ConfigError::Invalid { path: path.display().to_string(), key, message };
+        let default_model = default_model_name(raw.default_model, &raw.models).map_err(invalid)?;
+        let models = raw
+            .models
+            .into_iter()
+            .map(|(key, model)| Ok((key.clone(), model_config(key, model, env)?)))
+            .collect::<Result<BTreeMap<_, _>, Invalid>>()
+            .map_err(invalid)?;
+        let children = child_settings(&raw.child_env, &models, &raw.mcp_servers).map_err(invalid)?;
+        let mcp_servers = raw
+            .mcp_servers
+            .into_iter()
+            .map(|(name, server)| mcp_server(name, server, env))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(invalid)?;
+        Ok(Config {
+            source: ConfigSource::File(path.to_path_buf()),
+            default_model,
+            models,
+            agent: raw.agent.try_into().map_err(invalid)?,
+            network: raw.network.try_into().map_err(invalid)?,
+            protocol: raw.protocol.try_into().map_err(invalid)?,
+            context: raw.context.try_into().map_err(invalid)?,
+            mcp: raw.mcp.try_into().map_err(invalid)?,
+            mcp_servers,
+            tools: ToolSettings { fetch: raw.tools.fetch.unwrap_or(ToolSettings::default().fetch) },
+            sessions: raw.sessions.try_into().map_err(invalid)?,
+            user_dir: user_dir(env),
+            data_dir: None,
+            children,
+            sandbox: sandbox_settings(&raw.sandbox, env).map_err(invalid)?,
+        })
+    }
+
+    /// The model a new session starts with.
+    pub fn default_model(&self) -> Option<&ModelConfig> {
+        self.models.get(&self.default_model)
+    }
+}
+
+/// A problem in the file: the key (dotted path) and what is wrong with it.
+type Invalid = (String, String);
+
+fn invalid(key: &str, message: impl Into<String>) -> Invalid {
+    (key.to_owned(), message.into())
+}
+
+/// `default_model`, or the only model when there is one.
+fn default_model_name(named: Option<String>, models: &BTreeMap<String, ModelToml>) -> Result<String, Invalid> {
+    if models.is_empty() {
+        return Err(invalid("models", "no [models.<name>] table: configure at least one model"));
+    }
+    match named {
+        Some(name) if models.contains_key(&name) => Ok(name),
+        Some(name) => {
+            let known: Vec<&str> = models.keys().map(String::as_str).collect();
+            Err(invalid(
+                "default_model",
+                format!("\"{name}\" is not one of the configured models ({})", known.join(", ")),
+            ))
         }
-        let default_model = match raw.default_model {
-            Some(name) if raw.models.contains_key(&name) => name,
-            Some(name) => {
-                let known: Vec<&str> = raw.models.keys().map(String::as_str).collect();
-                return Err(invalid(
-                    "default_model",
-                    format!("\"{name}\" is not one of the configured models ({})", known.join(", ")),
-                ));
+        None if models.len() == 1 => Ok(models.keys().next().cloned().unwrap_or_default()),
+        None => Err(invalid("default_model", "several models are configured: say which one is the default")),
+    }
+}
+
+/// An `http://` or `https://` URL with a host: what a server can be reached at.
+fn check_server_url(url: &str) -> Result<(), String> {
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(format!("\"{url}\" must start with http:// or https://"));
+    }
+    match url::Url::parse(url) {
+        Ok(parsed) if parsed.host_str().is_some_and(|host| !host.is_empty()) => Ok(()),
+        Ok(_) => Err(format!("\"{url}\" names no host")),
+        Err(err) => Err(format!("\"{url}\" is not a valid URL ({err})")),
+    }
+}
+
+/// One `[models.<key>]` table, checked.
+fn model_config(key: String, m: ModelToml, env: &dyn Fn(&str) -> Option<String>) -> Result<ModelConfig, Invalid> {
+    let at = |field: &str| format!("models.{key}.{field}");
+    check_server_url(&m.base_url).map_err(|message| (at("base_url"), message))?;
+    if m.model.trim().is_empty() {
+        return Err((at("model"), "must not be empty".to_owned()));
+    }
+    if m.context_window == Some(0) {
+        return Err((at("context_window"), "must be greater than 0".to_owned()));
+    }
+    if let Some(t) = m.temperature
+        && !(0.0..=2.0).contains(&t)
+    {
+        return Err((at("temperature"), format!("{t} is outside 0.0..=2.0")));
+    }
+    if let Some(name) = m.headers.keys().find(|name| !valid_header_name(name)) {
+        return Err((at("headers"), format!("\"{name}\" is not a valid header name")));
+    }
+    let extra_body = match serde_json::to_value(&m.extra_body) {
+        Ok(serde_json::Value::Object(map)) => map,
+        Ok(_) | Err(_) => return Err((at("extra_body"), "must be a table".to_owned())),
+    };
+    let api_key = match &m.api_key_env {
+        Some(var) => {
+            let value = env(var).filter(|v| !v.is_empty());
+            if value.is_none() {
+                tracing::warn!(model = %key, variable = %var, "api_key_env names a variable that is not set; requests go out without an API key");
             }
-            None if raw.models.len() == 1 => raw.models.keys().next().cloned().unwrap_or_default(),
-            None => {
-                return Err(invalid(
-                    "default_model",
-                    "several models are configured: say which one is the default".to_owned(),
-                ));
-            }
-        };
-        let mut models = BTreeMap::new();
-        for (key, m) in raw.models {
-            let at = |field: &str| format!("models.{key}.{field}");
-            if !(m.base_url.starts_with("http://") || m.base_url.starts_with("https://")) {
-                return Err(invalid(
-                    &at("base_url"),
-                    format!("\"{}\" must start with http:// or https://", m.base_url),
-                ));
-            }
-            if m.model.trim().is_empty() {
-                return Err(invalid(&at("model"), "must not be empty".to_owned()));
-            }
-            if m.context_window == Some(0) {
-                return Err(invalid(&at("context_window"), "must be greater than 0".to_owned()));
-            }
-            if let Some(t) = m.temperature
-                && !(0.0..=2.0).contains(&t)
-            {
-                return Err(invalid(&at("temperature"), format!("{t} is outside 0.0..=2.0")));
-            }
-            for name in m.headers.keys() {
-                if !valid_header_name(name) {
-                    return Err(invalid(&at("headers"), format!("\"{name}\" is not a valid header name")));
-                }
-            }
-            let extra_body = match serde_json::to_value(&m.extra_body) {
-                Ok(serde_json::Value::Object(map)) => map,
-                Ok(_) | Err(_) => return Err(invalid(&at("extra_body"), "must be a table".to_owned())),
-            };
-            let api_key = match &m.api_key_env {
-                Some(var) => {
-                    let value = env(var).filter(|v| !v.is_empty());
-                    if value.is_none() {
-                        tracing::warn!(model = %key, variable = %var, "api_key_env names a variable that is not set; requests go out without an API key");
-                    }
-                    value.map(ApiKey::new)
-                }
-                None => None,
-            };
-            let max_tokens_field = m.max_tokens_field.unwrap_or_else(|| default_max_tokens_field(&m.base_url));
-            models.insert(
-                key.clone(),
-                ModelConfig {
-                    display_name: m.display_name.unwrap_or_else(|| m.model.clone()),
-                    key,
-                    base_url: trim_base_url(&m.base_url),
-                    model: m.model,
-                    api_key_env: m.api_key_env,
-                    api_key,
-                    context_window: m.context_window,
-                    max_output_tokens: m.max_output_tokens,
-                    max_tokens_field,
-                    temperature: m.temperature,
-                    reasoning_effort: m.reasoning_effort,
-                    vision: m.vision,
-                    stream_usage: m.stream_usage.unwrap_or(true),
-                    prompt: match m.prompt {
-                        None | Some(PromptToml::Auto) => None,
-                        Some(PromptToml::Standard) => Some(PromptProfile::Standard),
-                        Some(PromptToml::Lean) => Some(PromptProfile::Lean),
-                    },
-                    reasoning_history: m.reasoning_history.unwrap_or_default(),
-                    headers: m.headers,
-                    extra_body,
-                },
-            );
+            value.map(ApiKey::new)
         }
-        let agent = AgentSettings {
-            max_model_requests_per_turn: match raw.agent.max_model_requests_per_turn {
-                Some(0) => return Err(invalid("agent.max_model_requests_per_turn", "must be at least 1".to_owned())),
+        None => None,
+    };
+    let max_tokens_field = m.max_tokens_field.unwrap_or_else(|| default_max_tokens_field(&m.base_url));
+    Ok(ModelConfig {
+        display_name: m.display_name.unwrap_or_else(|| m.model.clone()),
+        key,
+        base_url: trim_base_url(&m.base_url),
+        model: m.model,
+        api_key_env: m.api_key_env,
+        api_key,
+        context_window: m.context_window,
+        max_output_tokens: m.max_output_tokens,
+        max_tokens_field,
+        temperature: m.temperature,
+        reasoning_effort: m.reasoning_effort,
+        vision: m.vision,
+        stream_usage: m.stream_usage.unwrap_or(true),
+        prompt: match m.prompt {
+            None | Some(PromptToml::Auto) => None,
+            Some(PromptToml::Standard) => Some(PromptProfile::Standard),
+            Some(PromptToml::Lean) => Some(PromptProfile::Lean),
+        },
+        reasoning_history: m.reasoning_history.unwrap_or_default(),
+        headers: m.headers,
+        extra_body,
+    })
+}
+
+/// A duration given in seconds: positive and finite, `default` when absent.
+fn seconds(value: Option<f64>, key: &str, default: Duration) -> Result<Duration, Invalid> {
+    match value {
+        None => Ok(default),
+        Some(s) if s.is_finite() && s > 0.0 && s < 1e9 => Ok(Duration::from_secs_f64(s)),
+        Some(s) => Err(invalid(key, format!("{s} is not a positive number of seconds"))),
+    }
+}
+
+impl TryFrom<AgentToml> for AgentSettings {
+    type Error = Invalid;
+
+    fn try_from(raw: AgentToml) -> Result<Self, Invalid> {
+        let defaults = AgentSettings::default();
+        Ok(AgentSettings {
+            max_model_requests_per_turn: match raw.max_model_requests_per_turn {
+                Some(0) => return Err(invalid("agent.max_model_requests_per_turn", "must be at least 1")),
                 Some(n) => n,
-                None => AgentSettings::default().max_model_requests_per_turn,
+                None => defaults.max_model_requests_per_turn,
             },
-            max_tool_call_bytes: match raw.agent.max_tool_call_bytes {
+            max_tool_call_bytes: match raw.max_tool_call_bytes {
                 Some(n) if n < MIN_TOOL_CALL_BYTES => {
                     return Err(invalid(
                         "agent.max_tool_call_bytes",
@@ -844,34 +904,34 @@ impl Config {
                     ));
                 }
                 Some(n) => n,
-                None => AgentSettings::default().max_tool_call_bytes,
+                None => defaults.max_tool_call_bytes,
             },
-        };
+        })
+    }
+}
+
+impl TryFrom<NetworkToml> for NetworkSettings {
+    type Error = Invalid;
+
+    fn try_from(raw: NetworkToml) -> Result<Self, Invalid> {
         let defaults = NetworkSettings::default();
-        let seconds = |value: Option<f64>, key: &str, default: Duration| -> Result<Duration, ConfigError> {
-            match value {
-                None => Ok(default),
-                Some(s) if s.is_finite() && s > 0.0 && s < 1e9 => Ok(Duration::from_secs_f64(s)),
-                Some(s) => Err(invalid(key, format!("{s} is not a positive number of seconds"))),
-            }
-        };
         let network = NetworkSettings {
             connect_timeout: seconds(
-                raw.network.connect_timeout_secs,
+                raw.connect_timeout_secs,
                 "network.connect_timeout_secs",
                 defaults.connect_timeout,
             )?,
             response_timeout: seconds(
-                raw.network.response_timeout_secs,
+                raw.response_timeout_secs,
                 "network.response_timeout_secs",
                 defaults.response_timeout,
             )?,
             stream_idle_timeout: seconds(
-                raw.network.stream_idle_timeout_secs,
+                raw.stream_idle_timeout_secs,
                 "network.stream_idle_timeout_secs",
                 defaults.stream_idle_timeout,
             )?,
-            max_retries: match raw.network.max_retries {
+            max_retries: match raw.max_retries {
                 Some(n) if n > MAX_RETRIES => {
                     return Err(invalid("network.max_retries", format!("{n} is too many (maximum {MAX_RETRIES})")));
                 }
@@ -879,17 +939,17 @@ impl Config {
                 None => defaults.max_retries,
             },
             retry_initial_delay: seconds(
-                raw.network.retry_initial_delay_secs,
+                raw.retry_initial_delay_secs,
                 "network.retry_initial_delay_secs",
                 defaults.retry_initial_delay,
             )?,
             retry_max_delay: seconds(
-                raw.network.retry_max_delay_secs,
+                raw.retry_max_delay_secs,
                 "network.retry_max_delay_secs",
                 defaults.retry_max_delay,
             )?,
             retry_max_total: seconds(
-                raw.network.retry_max_total_secs,
+                raw.retry_max_total_secs,
                 "network.retry_max_total_secs",
                 defaults.retry_max_total,
             )?,
@@ -904,79 +964,73 @@ impl Config {
                 ),
             ));
         }
-        let protocol = ProtocolSettings {
-            max_message_bytes: match raw.protocol.max_message_bytes {
+        Ok(network)
+    }
+}
+
+impl TryFrom<ProtocolToml> for ProtocolSettings {
+    type Error = Invalid;
+
+    fn try_from(raw: ProtocolToml) -> Result<Self, Invalid> {
+        Ok(ProtocolSettings {
+            max_message_bytes: match raw.max_message_bytes {
                 Some(n) if n < 1024 => {
                     return Err(invalid("protocol.max_message_bytes", format!("{n} is too small (minimum 1024)")));
                 }
                 Some(n) => n,
                 None => ProtocolSettings::default().max_message_bytes,
             },
-        };
-        let context = ContextSettings {
-            compact_threshold: match raw.context.compact_threshold {
+        })
+    }
+}
+
+impl TryFrom<ContextToml> for ContextSettings {
+    type Error = Invalid;
+
+    fn try_from(raw: ContextToml) -> Result<Self, Invalid> {
+        let defaults = ContextSettings::default();
+        Ok(ContextSettings {
+            compact_threshold: match raw.compact_threshold {
                 Some(t) if t > 0.0 && t <= 1.0 => t,
                 Some(t) => {
                     return Err(invalid("context.compact_threshold", format!("{t} is not a fraction in (0, 1]")));
                 }
-                None => ContextSettings::default().compact_threshold,
+                None => defaults.compact_threshold,
             },
-            max_tool_output_bytes: match raw.context.max_tool_output_bytes {
+            max_tool_output_bytes: match raw.max_tool_output_bytes {
                 Some(n) if n < 1024 => {
                     return Err(invalid("context.max_tool_output_bytes", format!("{n} is too small (minimum 1024)")));
                 }
                 Some(n) => n,
-                None => ContextSettings::default().max_tool_output_bytes,
+                None => defaults.max_tool_output_bytes,
             },
-        };
-        let mcp_defaults = McpSettings::default();
-        let mcp = McpSettings {
-            startup_timeout: seconds(
-                raw.mcp.startup_timeout_secs,
-                "mcp.startup_timeout_secs",
-                mcp_defaults.startup_timeout,
-            )?,
-            call_timeout: seconds(raw.mcp.call_timeout_secs, "mcp.call_timeout_secs", mcp_defaults.call_timeout)?,
-        };
-        let children = child_settings(&raw.child_env, &models, &raw.mcp_servers)
-            .map_err(|(key, message)| invalid(&key, message))?;
-        let sandbox = sandbox_settings(&raw.sandbox, env).map_err(|(key, message)| invalid(&key, message))?;
-        let mcp_servers = raw
-            .mcp_servers
-            .into_iter()
-            .map(|(name, server)| mcp_server(name, server, env).map_err(|(key, message)| invalid(&key, message)))
-            .collect::<Result<Vec<_>, _>>()?;
-        let sessions = match raw.sessions.keep_days {
-            Some(0) => {
-                return Err(invalid(
-                    "sessions.keep_days",
-                    "0 would delete every session at start-up (minimum 1; leave it out to keep all)".to_owned(),
-                ));
-            }
-            keep_days => SessionSettings { keep_days },
-        };
-        Ok(Config {
-            source: ConfigSource::File(path.to_path_buf()),
-            default_model,
-            models,
-            agent,
-            network,
-            protocol,
-            context,
-            mcp,
-            mcp_servers,
-            tools: ToolSettings { fetch: raw.tools.fetch.unwrap_or(ToolSettings::default().fetch) },
-            sessions,
-            user_dir: user_dir(env),
-            data_dir: None,
-            children,
-            sandbox,
         })
     }
+}
 
-    /// The model a new session starts with.
-    pub fn default_model(&self) -> Option<&ModelConfig> {
-        self.models.get(&self.default_model)
+impl TryFrom<McpToml> for McpSettings {
+    type Error = Invalid;
+
+    fn try_from(raw: McpToml) -> Result<Self, Invalid> {
+        let defaults = McpSettings::default();
+        Ok(McpSettings {
+            startup_timeout: seconds(raw.startup_timeout_secs, "mcp.startup_timeout_secs", defaults.startup_timeout)?,
+            call_timeout: seconds(raw.call_timeout_secs, "mcp.call_timeout_secs", defaults.call_timeout)?,
+        })
+    }
+}
+
+impl TryFrom<SessionsToml> for SessionSettings {
+    type Error = Invalid;
+
+    fn try_from(raw: SessionsToml) -> Result<Self, Invalid> {
+        match raw.keep_days {
+            Some(0) => Err(invalid(
+                "sessions.keep_days",
+                "0 would delete every session at start-up (minimum 1; leave it out to keep all)",
+            )),
+            keep_days => Ok(SessionSettings { keep_days }),
+        }
     }
 }
 
@@ -1100,9 +1154,7 @@ fn mcp_server(
                     return Err((at(key), "only applies to servers with a command".to_owned()));
                 }
             }
-            if !(url.starts_with("http://") || url.starts_with("https://")) {
-                return Err((at("url"), format!("\"{url}\" must start with http:// or https://")));
-            }
+            check_server_url(&url).map_err(|message| (at("url"), message))?;
             let mut headers: Vec<(String, String)> = raw.headers.unwrap_or_default().into_iter().collect();
             for (header, _) in &headers {
                 if !valid_header_name(header) {
@@ -1227,6 +1279,26 @@ max_output_tokens = 8192
         }
         assert_eq!(PromptProfile::for_window(16_384), PromptProfile::Lean);
         assert_eq!(PromptProfile::for_window(16_385), PromptProfile::Standard);
+    }
+
+    /// A server URL needs a scheme and a host: `"http://"` alone is refused,
+    /// for a model's base_url and an MCP server's url alike.
+    #[test]
+    fn server_urls_need_a_host() {
+        let model = |url: &str| parse(&format!("[models.m]\nbase_url = \"{url}\"\nmodel = \"a\"\n"));
+        let mcp = |url: &str| {
+            parse(&format!("[models.m]\nbase_url = \"http://x/v1\"\nmodel = \"a\"\n[mcp_servers.s]\nurl = \"{url}\"\n"))
+        };
+        for good in ["http://x/v1", "https://api.example.com/v1", "http://127.0.0.1:8080"] {
+            assert!(model(good).is_ok(), "{good}");
+            assert!(mcp(good).is_ok(), "{good}");
+        }
+        for bad in ["http://", "https://", "http://:8080/v1", "ftp://x/v1", "x/v1"] {
+            let err = model(bad).unwrap_err().to_string();
+            assert!(err.contains("models.m.base_url"), "{bad}: {err}");
+            let err = mcp(bad).unwrap_err().to_string();
+            assert!(err.contains("mcp_servers.s.url"), "{bad}: {err}");
+        }
     }
 
     /// One header-name rule (an HTTP token, checked by `http`) for model

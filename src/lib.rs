@@ -7,20 +7,31 @@
 //! ```text
 //! main.rs     CLI, logging to stderr, config loading, signals -> lathe::serve_stdio
 //! acp/        the only module that knows ACP types: dispatch, prompt content,
-//!             agent events -> session/update, stop reasons and errors -> responses
+//!             agent events -> session/update, stop reasons and errors -> responses,
+//!             the editor's fs/terminal/permission methods as the tools' Host
 //! rpc         JSON-RPC 2.0 framing, the single ordered writer, outgoing calls
 //! agent       the turn loop: sample, stream events, (run tools), repeat; emits AgentEvents
-//! session     session state: roots, conversation, the running turn's token
-//! model/      OpenAI-compatible streaming client; pure chunk decoder (decode.rs)
+//! session     session state: roots, conversation, the per-session turn worker
+//! model/      OpenAI-compatible streaming client; pure chunk decoder (decode.rs),
+//!             SSE reading, retries, the endpoint probe
+//! tools/      the built-in tools: definitions, descriptions, running them
+//!             through the Host seam (local disk and processes, or the editor)
+//! permission  the policy: which calls run, ask or are refused
+//! commands    slash commands: built-in and the user's Markdown files
 //! mcp/        the session's MCP servers (editor's and configured): connected,
 //!             their tools offered and run through the tools' ExternalTools seam
 //! prompt      the system prompt from prompts/*.md
+//! store/      sessions on disk: meta, journal, the session index
 //! child       how a process is started: scrubbed environment, supervision
 //!             (the `lathe sandbox-exec` trampoline), its own process group
 //! sandbox     the Landlock policy commands run under, applied by the trampoline
 //! fs_guard    the path authority: every file touch judged on its final target,
 //!             done on the object judged; the reader for untrusted workspace files
 //! config      TOML / environment -> validated Config
+//! cancel      or_cancel: the one way a wait is raced against a token
+//! http        the one way an HTTP client is started (rustls over ring)
+//! errors      an error and its causes, on one line
+//! sync        the one way a std Mutex is locked
 //! ```
 //!
 //! Knowledge flows one way: `acp -> agent -> {model, session, prompt} -> config`,

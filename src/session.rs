@@ -4,12 +4,14 @@
 //!
 //! A session runs one turn at a time. The conversation sits behind an async
 //! mutex that the running turn holds for its whole life, so "is a turn
-//! running" and "who may touch the history" are the same fact. A prompt that
-//! arrives while a turn runs is queued: its turn waits for the mutex (tokio's
-//! mutex is fair, so prompts run in arrival order). Every turn's token, running
-//! or queued, is registered before its task starts, so a `session/cancel` that
-//! arrives right after `session/prompt` always finds it, and cancels the
-//! queued ones too.
+//! running" and "who may touch the history" are the same fact. One worker
+//! task per session hands the conversation out: each prompt sends it a ticket
+//! down a channel when it is enqueued, and the worker serves the tickets one
+//! after the other, so prompts run in arrival order by construction. Every
+//! turn's token, running or queued, is registered when it is enqueued, so a
+//! `session/cancel` that arrives right after `session/prompt` always finds
+//! it, and cancels the queued ones too; a ticket cancelled while it waits is
+//! skipped and its turn never starts. Closing the session stops the worker.
 //!
 //! Every change to the conversation goes through [`Conversation`]'s methods,
 //! which also write it to the session's [`Journal`] (if it has one), so the
@@ -19,9 +21,9 @@
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
-use tokio::sync::OwnedMutexGuard;
+use tokio::sync::{OwnedMutexGuard, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::cancel::OrCancel as _;
@@ -178,10 +180,8 @@ pub struct Session {
     /// Tokens of the running turn and of queued ones, by turn number.
     turns: Mutex<Vec<(u64, CancellationToken)>>,
     next_turn: AtomicU64,
-    /// Which turn number may run, in the order prompts arrived.
-    queue: Mutex<QueueState>,
-    /// Woken whenever the turn allowed to run changes.
-    queue_moved: tokio::sync::Notify,
+    /// The worker's queue, once a first prompt started it.
+    worker: OnceLock<mpsc::UnboundedSender<Ticket>>,
     policy: Mutex<Policy>,
     choices: Mutex<Choices>,
     title: Mutex<Option<String>>,
@@ -196,26 +196,60 @@ pub struct QueuedTurn {
     session: Arc<Session>,
     number: u64,
     token: CancellationToken,
+    /// Where the worker hands over the conversation when this turn's time comes.
+    grant: oneshot::Receiver<Grant>,
     /// Set once [`QueuedTurn::start`] has handed the registration on.
     handed_over: bool,
 }
 
 /// A running turn's hold on its session: the conversation, exclusively, and
-/// the token that cancels the turn. Dropping it unregisters the turn.
+/// the token that cancels the turn. Dropping it unregisters the turn and
+/// lets the worker serve the next one.
 pub struct TurnGuard {
     session: Arc<Session>,
     number: u64,
     token: CancellationToken,
     conversation: OwnedMutexGuard<Conversation>,
+    /// Dropped with the guard: tells the worker this turn is over.
+    _over: oneshot::Sender<()>,
 }
 
-/// Turns run strictly in the order they were enqueued: `serving` is the
-/// number of the turn that may run; numbers of turns cancelled while queued
-/// are skipped when their time comes.
-#[derive(Debug, Default)]
-struct QueueState {
-    serving: u64,
-    abandoned: std::collections::BTreeSet<u64>,
+/// A queued turn's place in the worker's line.
+struct Ticket {
+    token: CancellationToken,
+    grant: oneshot::Sender<Grant>,
+}
+
+/// What the worker hands a turn: the conversation, and the signal the turn
+/// drops when it is over.
+struct Grant {
+    conversation: OwnedMutexGuard<Conversation>,
+    over: oneshot::Sender<()>,
+}
+
+/// Serves tickets in the order they came, one turn at a time, until the
+/// session closes or goes away. Holds the conversation, not the session (no
+/// cycle: the session owns the queue's sending end).
+async fn serve_turns(
+    conversation: Arc<tokio::sync::Mutex<Conversation>>,
+    mut tickets: mpsc::UnboundedReceiver<Ticket>,
+    closed: CancellationToken,
+) {
+    while let Ok(Some(ticket)) = tickets.recv().or_cancel(&closed).await {
+        if ticket.token.is_cancelled() {
+            continue;
+        }
+        // The turn before may still hold the conversation a moment after it
+        // said it was over; a cancel meanwhile means this one never starts.
+        let Ok(held) = Arc::clone(&conversation).lock_owned().or_cancel(&ticket.token).await else { continue };
+        let (over, finished) = oneshot::channel();
+        // A turn that gave up (cancelled) drops its receiver, and with it
+        // the grant: the conversation is free again at once.
+        if ticket.grant.send(Grant { conversation: held, over }).is_ok() {
+            // Err when the turn's guard (or the unclaimed grant) drops.
+            let _ = finished.await;
+        }
+    }
 }
 
 impl Session {
@@ -236,8 +270,7 @@ impl Session {
             conversation: Arc::new(tokio::sync::Mutex::new(conversation)),
             turns: Mutex::new(Vec::new()),
             next_turn: AtomicU64::new(0),
-            queue: Mutex::new(QueueState::default()),
-            queue_moved: tokio::sync::Notify::new(),
+            worker: OnceLock::new(),
             policy: Mutex::new(Policy::new(mode)),
             choices: Mutex::new(choices),
             title: Mutex::new(None),
@@ -328,12 +361,23 @@ impl Session {
         changed
     }
 
-    /// Registers a turn for a prompt: from now on a cancel reaches it.
+    /// Registers a turn for a prompt and puts it in line: from now on a
+    /// cancel reaches it, and it runs after every turn enqueued before it.
+    /// Starts the session's worker on first use (needs a Tokio runtime).
     pub fn enqueue_turn(self: &Arc<Self>) -> QueuedTurn {
         let token = self.token.child_token();
         let number = self.next_turn.fetch_add(1, Ordering::Relaxed);
         lock(&self.turns).push((number, token.clone()));
-        QueuedTurn { session: Arc::clone(self), number, token, handed_over: false }
+        let (grant_tx, grant) = oneshot::channel();
+        let worker = self.worker.get_or_init(|| {
+            let (tickets, line) = mpsc::unbounded_channel();
+            tokio::spawn(serve_turns(Arc::clone(&self.conversation), line, self.token.clone()));
+            tickets
+        });
+        // Fails only once the session is closed; then the token is cancelled
+        // too and the turn answers `cancelled` without starting.
+        let _ = worker.send(Ticket { token: token.clone(), grant: grant_tx });
+        QueuedTurn { session: Arc::clone(self), number, token, grant, handed_over: false }
     }
 
     /// Whether a turn is running or waiting.
@@ -369,27 +413,6 @@ impl Session {
     fn unregister(&self, number: u64) {
         lock(&self.turns).retain(|(n, _)| *n != number);
     }
-
-    /// Whether turn `number` may run now.
-    fn is_serving(&self, number: u64) -> bool {
-        lock(&self.queue).serving == number
-    }
-
-    /// Turn `number` is over (it ran, or it was cancelled while queued): let the next one run.
-    fn leave_queue(&self, number: u64) {
-        {
-            let mut queue = lock(&self.queue);
-            queue.abandoned.insert(number);
-            loop {
-                let serving = queue.serving;
-                if !queue.abandoned.remove(&serving) {
-                    break;
-                }
-                queue.serving += 1;
-            }
-        }
-        self.queue_moved.notify_waiters();
-    }
 }
 
 impl QueuedTurn {
@@ -399,33 +422,17 @@ impl QueuedTurn {
     }
 
     /// Waits for the earlier turns to finish, then takes the conversation.
-    /// `None` if the turn was cancelled while it waited.
+    /// `None` if the turn was cancelled while it waited (a cancel that comes
+    /// with the conversation still wins: the turn never starts).
     pub async fn start(mut self) -> Option<TurnGuard> {
-        // Wait for our number, not merely for the lock: tasks are polled in
-        // no particular order, and prompts must run in the order they came.
-        loop {
-            let moved = self.session.queue_moved.notified();
-            tokio::pin!(moved);
-            moved.as_mut().enable();
-            if self.session.is_serving(self.number) {
-                break;
-            }
-            // A cancelled turn leaves the queue when this value drops.
-            if moved.or_cancel(&self.token).await.is_err() {
-                return None;
-            }
-        }
-        // The previous turn releases the conversation a moment after it lets
-        // us go. A cancel while we wait for it still means "never started".
-        let Ok(conversation) = Arc::clone(&self.session.conversation).lock_owned().or_cancel(&self.token).await else {
-            return None;
-        };
+        let Ok(Ok(grant)) = (&mut self.grant).or_cancel(&self.token).await else { return None };
         self.handed_over = true;
         Some(TurnGuard {
             session: Arc::clone(&self.session),
             number: self.number,
             token: self.token.clone(),
-            conversation,
+            conversation: grant.conversation,
+            _over: grant.over,
         })
     }
 }
@@ -434,7 +441,6 @@ impl Drop for QueuedTurn {
     fn drop(&mut self) {
         if !self.handed_over {
             self.session.unregister(self.number);
-            self.session.leave_queue(self.number);
         }
     }
 }
@@ -458,8 +464,8 @@ impl TurnGuard {
 
 impl Drop for TurnGuard {
     fn drop(&mut self) {
+        // Then the fields drop: the conversation, and the worker's signal.
         self.session.unregister(self.number);
-        self.session.leave_queue(self.number);
     }
 }
 
@@ -571,5 +577,23 @@ mod tests {
         let turn = session.enqueue_turn().start().await.unwrap();
         session.close();
         assert!(turn.token().is_cancelled());
+    }
+
+    /// `session/close` frees everything: queued turns answer at once without
+    /// starting, the worker ends (its queue closes), and a prompt after the
+    /// close never starts.
+    #[tokio::test(start_paused = true)]
+    async fn closing_stops_the_worker_and_every_queued_turn() {
+        let session = session();
+        let running = session.enqueue_turn().start().await.unwrap();
+        let queued = tokio::spawn(session.enqueue_turn().start());
+        session.close();
+        assert!(queued.await.unwrap().is_none(), "a queued turn never starts once the session closed");
+        drop(running);
+        let worker = session.worker.get().unwrap().clone();
+        tokio::time::timeout(std::time::Duration::from_secs(5), worker.closed()).await.expect("the worker ended");
+        assert!(session.enqueue_turn().start().await.is_none());
+        assert!(!session.is_busy());
+        assert_eq!(Arc::strong_count(&session.conversation), 1, "only the session holds the conversation");
     }
 }

@@ -14,14 +14,15 @@
 //! sees the server as gone. This module knows HTTP and SSE, not what the
 //! messages mean.
 
+use eventsource_stream::{Event, EventStreamError, Eventsource as _};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
-use sse_stream::SseStream;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream};
 use tokio::sync::mpsc;
 use tokio_util::task::AbortOnDropHandle;
 
 use crate::errors::chain;
+use crate::model::sse::without_leading_bom;
 
 /// Bytes buffered in the pipe between the bridge and rmcp.
 const PIPE_BYTES: usize = 256 * 1024;
@@ -49,11 +50,13 @@ pub(super) async fn open(
     if !status.is_success() {
         return Err(format!("{url} answered HTTP {status} to the event-stream request"));
     }
-    let mut events = SseStream::from_bytes_stream(response.bytes_stream());
+    // The model's SSE reader: the same parser, the same guard (a leading
+    // byte-order mark, an endless line).
+    let mut events = Box::pin(without_leading_bom(response).bytes_stream().eventsource());
     let endpoint = loop {
         match events.next().await {
-            Some(Ok(event)) if event.event.as_deref() == Some("endpoint") => {
-                let target = event.data.unwrap_or_default();
+            Some(Ok(event)) if event.event == "endpoint" => {
+                let target = event.data;
                 break base
                     .join(target.trim())
                     .map_err(|err| format!("the server named \"{target}\" as its endpoint, not a URL ({err})"))?;
@@ -83,7 +86,7 @@ struct Link {
 impl Link {
     async fn run<S>(self, mut events: S, pipe: DuplexStream)
     where
-        S: futures_util::Stream<Item = Result<sse_stream::Sse, sse_stream::Error>> + Unpin,
+        S: futures_util::Stream<Item = Result<Event, EventStreamError<reqwest::Error>>> + Unpin,
     {
         let (read, mut write) = tokio::io::split(pipe);
         let mut outgoing = BufReader::new(read).lines();
@@ -166,12 +169,12 @@ impl Link {
 /// The line rmcp should read for one event: the JSON of a `message` event
 /// (the default event type), re-encoded on one line. Other events (and data
 /// that is not JSON) are skipped.
-fn incoming_line(event: sse_stream::Sse) -> Option<String> {
-    if !matches!(event.event.as_deref(), None | Some("message")) {
+fn incoming_line(event: Event) -> Option<String> {
+    // The parser names an event without a type `message`.
+    if event.event != "message" {
         return None;
     }
-    let data = event.data?;
-    match serde_json::from_str::<Value>(&data) {
+    match serde_json::from_str::<Value>(&event.data) {
         Ok(message) => Some(message.to_string()),
         Err(err) => {
             tracing::warn!(%err, "skipping an MCP event whose data is not JSON");
@@ -184,13 +187,29 @@ fn incoming_line(event: sse_stream::Sse) -> Option<String> {
 mod tests {
     use super::*;
 
+    fn event(kind: &str, data: &str) -> Event {
+        Event { event: kind.to_owned(), data: data.to_owned(), ..Event::default() }
+    }
+
     #[test]
     fn message_events_become_single_lines() {
-        let event = sse_stream::Sse::default().data("{\n  \"jsonrpc\": \"2.0\",\n  \"id\": 1\n}");
-        assert_eq!(incoming_line(event).as_deref(), Some(r#"{"jsonrpc":"2.0","id":1}"#));
-        let named = sse_stream::Sse::default().event("message").data(r#"{"jsonrpc":"2.0"}"#);
-        assert!(incoming_line(named).is_some());
-        assert_eq!(incoming_line(sse_stream::Sse::default().event("ping").data("{}")), None);
-        assert_eq!(incoming_line(sse_stream::Sse::default().data("not json")), None);
+        let multi_line = event("message", "{\n  \"jsonrpc\": \"2.0\",\n  \"id\": 1\n}");
+        assert_eq!(incoming_line(multi_line).as_deref(), Some(r#"{"jsonrpc":"2.0","id":1}"#));
+        assert_eq!(incoming_line(event("ping", "{}")), None);
+        assert_eq!(incoming_line(event("message", "not json")), None);
+    }
+
+    /// The parser the bridge uses names an untyped event `message`, and a
+    /// leading byte-order mark is dropped before it (the model's guard).
+    #[tokio::test]
+    async fn the_stream_is_read_as_the_model_reads_its_own() {
+        use futures_util::StreamExt as _;
+        let body = "\u{feff}event: endpoint\ndata: /messages?id=1\n\ndata: {\"jsonrpc\":\"2.0\"}\n\n";
+        let response = reqwest::Response::from(http::Response::new(reqwest::Body::from(body)));
+        let events: Vec<Event> =
+            without_leading_bom(response).bytes_stream().eventsource().map(Result::unwrap).collect().await;
+        assert_eq!(events[0].event, "endpoint");
+        assert_eq!(events[0].data, "/messages?id=1");
+        assert_eq!(incoming_line(events[1].clone()).as_deref(), Some(r#"{"jsonrpc":"2.0"}"#));
     }
 }

@@ -168,6 +168,9 @@ pub enum ModelErrorKind {
     Network,
     /// No usable model configuration.
     Config,
+    /// lathe itself could not make the request (encoding it, building the
+    /// HTTP client): a defect or an environment problem, not the endpoint's.
+    Internal,
 }
 
 /// Why a model request failed. `Display` is one sentence for the user.
@@ -209,6 +212,10 @@ pub enum ModelError {
     /// There is no usable model.
     #[error("{0}")]
     NotConfigured(String),
+    /// lathe could not make the request: encoding it or building the HTTP
+    /// client or request failed. Not a configuration problem.
+    #[error("lathe could not make the model request: {0}")]
+    Request(String),
 }
 
 impl ModelError {
@@ -231,6 +238,7 @@ impl ModelError {
             ModelError::Connect { .. } | ModelError::StreamDropped(_) => ModelErrorKind::Network,
             ModelError::ResponseTimeout(_) | ModelError::StreamStalled(_) => ModelErrorKind::Timeout,
             ModelError::NotConfigured(_) => ModelErrorKind::Config,
+            ModelError::Request(_) => ModelErrorKind::Internal,
         }
     }
 
@@ -318,7 +326,7 @@ impl ModelClient {
             .connect_timeout(network.connect_timeout)
             .tcp_nodelay(true)
             .build()
-            .map_err(|err| ModelError::NotConfigured(format!("cannot build the HTTP client: {err}")))?;
+            .map_err(|err| ModelError::Request(format!("cannot build the HTTP client: {err}")))?;
         let mut openai_config = OpenAIConfig::new()
             .with_api_base(model.base_url.clone())
             .with_api_key(model.api_key.as_ref().map(|k| k.expose().to_owned()).unwrap_or_default())
@@ -461,8 +469,8 @@ impl ModelClient {
     }
 
     async fn open(&self, request: &ChatRequest<'_>) -> Result<ResponseStream, ModelError> {
-        let body = serde_json::to_vec(request)
-            .map_err(|err| ModelError::NotConfigured(format!("cannot encode the model request: {err}")))?;
+        let body =
+            serde_json::to_vec(request).map_err(|err| ModelError::Request(format!("cannot encode it: {err}")))?;
         let http_request = self
             .upstream
             .http
@@ -472,7 +480,7 @@ impl ModelClient {
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body)
             .build()
-            .map_err(|err| ModelError::NotConfigured(format!("cannot build the model request: {err}")))?;
+            .map_err(|err| ModelError::Request(format!("cannot build it: {err}")))?;
         let response = self.upstream.send(http_request).await?;
         Ok(ResponseStream::new(response, self.stream_idle_timeout))
     }
@@ -781,5 +789,7 @@ mod tests {
         assert_eq!(http(404, "no such model").kind(), ModelErrorKind::BadRequest);
         assert_eq!(http(503, "").kind(), ModelErrorKind::Server);
         assert_eq!(ModelError::StreamStalled(Duration::from_secs(1)).kind(), ModelErrorKind::Timeout);
+        assert_eq!(ModelError::NotConfigured("no model".into()).kind(), ModelErrorKind::Config);
+        assert_eq!(ModelError::Request("cannot encode it".into()).kind(), ModelErrorKind::Internal);
     }
 }

@@ -72,7 +72,8 @@ pub fn is_retryable(error: &ModelError) -> bool {
         | ModelError::StreamStalled(_)
         | ModelError::Provider(_)
         | ModelError::InvalidResponse(_)
-        | ModelError::NotConfigured(_) => false,
+        | ModelError::NotConfigured(_)
+        | ModelError::Request(_) => false,
     }
 }
 
@@ -337,6 +338,7 @@ mod tests {
             (ModelError::Provider("overloaded".into()), false),
             (ModelError::InvalidResponse("junk".into()), false),
             (ModelError::NotConfigured("none".into()), false),
+            (ModelError::Request("cannot encode it".into()), false),
         ];
         for (error, retryable) in table {
             assert_eq!(is_retryable(&error), retryable, "{error:?}");
