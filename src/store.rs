@@ -594,7 +594,9 @@ impl Disk for RealDisk {
     type Log = File;
 
     fn open_log(&self, path: &Path) -> std::io::Result<File> {
-        let file = OpenOptions::new().create(true).append(true).mode(PRIVATE_FILE).open(path)?;
+        // Readable too: whether an existing log ends on a line boundary is
+        // read from it (`ends_with_newline`).
+        let file = OpenOptions::new().create(true).read(true).append(true).mode(PRIVATE_FILE).open(path)?;
         // A log written by an older lathe (0644).
         if file.metadata()?.permissions().mode() & 0o077 != 0 {
             file.set_permissions(std::fs::Permissions::from_mode(PRIVATE_FILE))?;
@@ -1127,6 +1129,24 @@ mod tests {
     fn log_lines(dir: &Path, id: &str) -> Vec<String> {
         let text = std::fs::read_to_string(dir.join("sessions").join(id).join(LOG_FILE)).unwrap();
         text.lines().map(str::to_owned).collect()
+    }
+
+    /// A log closed on a whole line and opened again goes on with no blank
+    /// line between (the check for a torn tail reads the log's last byte,
+    /// which an append-only handle could not: every reopened log began with
+    /// a blank line).
+    #[tokio::test]
+    async fn a_reopened_log_goes_on_without_a_blank_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), Retention::default(), ignore()).unwrap();
+        store.create(&meta("sess_a")).await.unwrap();
+        store.append("sess_a", &Record::Message(user("one")));
+        store.close("sess_a").wait().await;
+        store.append("sess_a", &Record::Message(user("two")));
+        store.close("sess_a").wait().await;
+        let lines = log_lines(dir.path(), "sess_a");
+        assert_eq!(lines.len(), 3, "{lines:#?}");
+        assert!(lines.iter().all(|line| !line.is_empty()), "{lines:#?}");
     }
 
     #[tokio::test]

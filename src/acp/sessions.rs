@@ -421,12 +421,16 @@ impl Server {
                     return outbox.respond_ok(&id, &CloseSessionResponse::new());
                 };
                 let closed = store.close(&request.session_id.0);
+                let server = Arc::clone(self);
                 self.tasks.spawn(async move {
                     closed.wait().await;
                     outbox.respond_ok(&id, &CloseSessionResponse::new());
                     // A cancelled turn may still queue its last records, which
-                    // open the log again: close it once more when it is over.
-                    if tokio::time::timeout(WIND_DOWN, session.idle()).await.is_ok() {
+                    // open the log again: close it once more when it is over,
+                    // unless the editor has opened the session again meanwhile
+                    // (a close would cut into the new session's journal: its
+                    // held text written early and its merging started anew).
+                    if tokio::time::timeout(WIND_DOWN, session.idle()).await.is_ok() && !server.is_open(session.id()) {
                         store.close(session.id()).wait().await;
                     }
                 });
@@ -446,6 +450,11 @@ impl Server {
             }
             (None, None) => outbox.respond_err(&id, &session_not_found(&request.session_id)),
         }
+    }
+
+    /// Whether a session is open in this process, or being loaded.
+    fn is_open(&self, id: &str) -> bool {
+        lock(&self.sessions).contains_key(id) || lock(&self.loading).contains_key(id)
     }
 
     /// `session/delete`: the session leaves the table at once and its

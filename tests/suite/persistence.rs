@@ -383,3 +383,77 @@ async fn requests_for_a_session_being_loaded_wait_for_it_in_order() {
     assert_eq!(messages[answer_at(&messages, closed).unwrap()]["result"], json!({}));
     assert_eq!(messages[answer_at(&messages, asked).unwrap()]["error"]["code"], -32002);
 }
+
+/// Issue 16 (load): `session/load` streams its replay as it reads the log,
+/// rather than reading the whole log first, and the rest of the process goes
+/// on meanwhile. The log is a FIFO fed in two parts: after the first part
+/// (the first exchange and the second question) the first answer has been
+/// replayed and another session's cancel answered, while the load, still
+/// reading, has not answered; after the rest, the load answers with the
+/// whole replay.
+#[tokio::test]
+async fn a_load_streams_its_replay_as_it_reads_the_log() {
+    let mut h = Harness::start().await;
+    initialize(&mut h.agent, json!({})).await;
+    let saved = new_session(&mut h.agent, &h.project).await;
+    for (question, answer) in [("first question", "first answer"), ("second question", "second answer")] {
+        h.mock.push(text_reply(answer));
+        let id = prompt(&mut h.agent, &saved, question).await;
+        let (_, response) = h.agent.response(id).await;
+        assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    }
+    close(&mut h.agent, &saved).await;
+    let busy = new_session(&mut h.agent, &h.project).await;
+
+    let log = sessions_dir(&h).join(&saved).join("log.jsonl");
+    let bytes = make_fifo(&log);
+    let text = String::from_utf8(bytes.clone()).unwrap();
+    let second = text.find("second question").expect("the second question is in the log");
+    let split = second + text[second..].find('\n').expect("a whole line") + 1;
+    let (head, tail) = (bytes[..split].to_vec(), bytes[split..].to_vec());
+    let (more, wait_for_more) = std::sync::mpsc::channel::<()>();
+    let fed = tokio::task::spawn_blocking({
+        let log = log.clone();
+        move || {
+            use std::io::Write;
+            let mut fifo = std::fs::OpenOptions::new().write(true).open(&log).expect("open the FIFO");
+            fifo.write_all(&head).expect("feed the first part");
+            fifo.flush().unwrap();
+            wait_for_more.recv().expect("the test asks for the rest");
+            fifo.write_all(&tail).expect("feed the rest");
+        }
+    });
+
+    h.mock.push(Reply::Sse(vec![ev_role(), ev_text("thinking"), Step::Stall]));
+    let turn = prompt(&mut h.agent, &busy, "take your time").await;
+    let mut started = Vec::new();
+    while agent_text(&started).is_empty() {
+        started.push(h.agent.next_message(DEFAULT_TIMEOUT).await.expect("the turn streams"));
+    }
+    let load = h.agent.request("session/load", json!({"sessionId": saved, "cwd": h.project, "mcpServers": []})).await;
+    let (mut messages, replayed_first) = h
+        .agent
+        .until("the first answer replayed", |m| {
+            m["params"]["sessionId"] == saved.as_str()
+                && m["params"]["update"]["content"]["text"].as_str().is_some_and(|t| t.contains("first answer"))
+        })
+        .await;
+    messages.push(replayed_first);
+    h.agent.notify("session/cancel", json!({"sessionId": busy})).await;
+    messages.extend(until_answered(&mut h.agent, &[turn]).await);
+    assert_eq!(messages[answer_at(&messages, turn).unwrap()]["result"]["stopReason"], "cancelled");
+    assert!(answer_at(&messages, load).is_none(), "the load is still reading: {messages:#?}");
+    assert!(!agent_text(&messages).contains("second answer"), "not fed yet: {messages:#?}");
+
+    more.send(()).unwrap();
+    messages.extend(until_answered(&mut h.agent, &[load]).await);
+    fed.await.unwrap();
+    assert!(messages[answer_at(&messages, load).unwrap()].get("result").is_some(), "{messages:#?}");
+    let replayed: Vec<&Value> = messages.iter().filter(|m| m["params"]["sessionId"] == saved.as_str()).collect();
+    let text: String = replayed
+        .iter()
+        .filter(|m| m["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
+        .filter_map(|m| m["params"]["update"]["content"]["text"].as_str())
+        .collect();
+    assert_eq!(text, "first answersecond answer", "{replayed:#?}");
+}
