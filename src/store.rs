@@ -93,6 +93,8 @@ pub enum Record {
     Message(Message),
     /// The transcript was replaced (compaction, `/clear`) by these messages.
     Reset(Vec<Message>),
+    /// The transcript was cut back to its first this many messages (`/undo`).
+    Rewind(usize),
 }
 
 /// Whose streamed text a [`Chunk`] is.
@@ -164,6 +166,7 @@ impl StoredSession {
             match record {
                 Record::Message(message) => messages.push(message.clone()),
                 Record::Reset(replacement) => messages.clone_from(replacement),
+                Record::Rewind(keep) => messages.truncate(*keep),
                 Record::Update(_) | Record::Chunk(_) => {}
             }
         }
@@ -392,7 +395,7 @@ impl Store {
         match record {
             Record::Update(sent) => self.append_line(dir, sent.clone().into_bytes()),
             Record::Chunk(chunk) => self.send(WriterCommand::Chunk { dir, chunk: chunk.clone() }),
-            Record::Message(_) | Record::Reset(_) => {
+            Record::Message(_) | Record::Reset(_) | Record::Rewind(_) => {
                 self.send(WriterCommand::Transcript { dir, record: Box::new(record.clone()) });
             }
         }
@@ -501,6 +504,12 @@ impl Store {
     /// unless another process created or deleted sessions meanwhile.
     pub fn list(&self, cwd: Option<&Path>, after: Option<&ListKey>, limit: usize) -> ListPage {
         self.index.read(&self.root, |index| index.page(cwd, after, limit))
+    }
+
+    /// The folder of a session's files (its log, metadata and checkpoints);
+    /// deleted with the session. `None` for an id that cannot be a session's.
+    pub fn session_dir(&self, id: &str) -> Option<PathBuf> {
+        self.dir(id).ok()
     }
 
     /// Whether a session is saved (from the index). Blocking, like [`Store::list`].

@@ -6,6 +6,7 @@
 
 mod bench_smoke;
 mod cancel;
+mod checkpoints;
 mod children;
 mod cli;
 mod concurrency;
