@@ -16,7 +16,9 @@
 //! and inode noted; a file not seen unchanged before is read and saved (a
 //! session reads its workspace once, then only what changed). After the
 //! command the roots are walked again, and every file whose stamp differs,
-//! that appeared or that disappeared is a change of the turn. A content-
+//! that appeared or that disappeared is a change of the turn. The copies
+//! kept for this are bounded by [`SCAN_MAX_SAVED_BYTES`] and the session's
+//! cap. A content-
 //! addressed copy costs one read of the workspace's (non-ignored) files and
 //! their bytes on disk, once per session; a metadata-only scan could tell a
 //! file changed but not what it held.
@@ -51,6 +53,10 @@ pub const MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
 
 /// Most files one scan of the roots for a shell command looks at.
 pub const SCAN_MAX_FILES: usize = 20_000;
+
+/// Most bytes of workspace copies kept for shell commands (see the module
+/// docs): beyond it, a file a command changes is named by `/undo`, not restored.
+pub const SCAN_MAX_SAVED_BYTES: u64 = 64 * 1024 * 1024;
 
 const INDEX_FILE: &str = "index.json";
 const BLOBS_DIR: &str = "blobs";
@@ -470,7 +476,9 @@ impl Checkpoints {
             .follow_links(false)
             .sort_by_file_name(std::cmp::Ord::cmp)
             .filter_entry(move |entry| entry.file_name() != ".git" && !entry.path().starts_with(&excluded));
-        let mut budget = self.max_bytes.saturating_sub(self.stored_bytes(state));
+        let cached: u64 = state.cache.values().filter_map(|seen| seen.saved.as_ref().ok()).map(|blob| blob.len).sum();
+        let mut budget =
+            self.max_bytes.saturating_sub(self.stored_bytes(state)).min(SCAN_MAX_SAVED_BYTES.saturating_sub(cached));
         let mut snapshot = Snapshot { files: HashMap::new(), complete: true };
         for entry in builder.build().flatten() {
             if !entry.file_type().is_some_and(|kind| kind.is_file()) {
@@ -878,5 +886,135 @@ impl crate::tools::CommandWatch for RecordingHost<'_> {
 
     fn after_command(&self) -> futures_util::future::BoxFuture<'_, ()> {
         Box::pin(self.blocking(|checkpoints, roots| checkpoints.after_command(roots)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Fixture {
+        _temp: tempfile::TempDir,
+        root: PathBuf,
+        store: PathBuf,
+    }
+
+    impl Fixture {
+        fn new() -> Fixture {
+            let temp = tempfile::tempdir().unwrap();
+            let base = temp.path().canonicalize().unwrap();
+            let root = base.join("project");
+            std::fs::create_dir_all(&root).unwrap();
+            Fixture { _temp: temp, root, store: base.join("sessions") }
+        }
+
+        fn checkpoints(&self, max_bytes: u64) -> Checkpoints {
+            Checkpoints::new(self.store.join("s1/checkpoints"), self.store.clone(), max_bytes)
+        }
+
+        fn roots(&self) -> Vec<PathBuf> {
+            vec![self.root.clone()]
+        }
+
+        fn blobs(&self) -> usize {
+            std::fs::read_dir(self.store.join("s1/checkpoints/blobs")).map_or(0, |entries| entries.count())
+        }
+    }
+
+    /// A turn writing files as the file tools do: saved first, then written.
+    fn write(checkpoints: &Checkpoints, path: &Path, content: &str) {
+        checkpoints.before_write(path, true);
+        std::fs::write(path, content).unwrap();
+    }
+
+    #[test]
+    fn identical_contents_are_stored_once_and_the_index_outlives_the_process() {
+        let fx = Fixture::new();
+        let (a, b) = (fx.root.join("a.txt"), fx.root.join("b.txt"));
+        std::fs::write(&a, "same\n").unwrap();
+        std::fs::write(&b, "same\n").unwrap();
+        let checkpoints = fx.checkpoints(1 << 20);
+        checkpoints.begin_turn("write both", 0);
+        write(&checkpoints, &a, "one\n");
+        write(&checkpoints, &b, "one\n");
+        checkpoints.finish_turn(3, true);
+        assert_eq!(fx.blobs(), 2, "\"same\" once, \"one\" once");
+
+        let reopened = fx.checkpoints(1 << 20);
+        let turns = reopened.turns();
+        assert_eq!(turns.len(), 1);
+        assert_eq!(turns[0].prompt, "write both");
+        assert_eq!(turns[0].files.len(), 2);
+        let outcome = reopened.undo(&fx.roots(), false).unwrap();
+        assert_eq!(outcome.changed.len(), 2);
+        assert_eq!(std::fs::read_to_string(&a).unwrap(), "same\n");
+        assert_eq!(std::fs::read_to_string(&b).unwrap(), "same\n");
+    }
+
+    #[test]
+    fn a_link_planted_at_a_path_is_never_followed_by_a_restore() {
+        let fx = Fixture::new();
+        let outside = fx.root.parent().unwrap().join("outside.txt");
+        std::fs::write(&outside, "outside\n").unwrap();
+        let path = fx.root.join("a.txt");
+        std::fs::write(&path, "before\n").unwrap();
+        let checkpoints = fx.checkpoints(1 << 20);
+        checkpoints.begin_turn("edit", 0);
+        write(&checkpoints, &path, "after\n");
+        checkpoints.finish_turn(2, true);
+        std::fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink(&outside, &path).unwrap();
+        let outcome = checkpoints.undo(&fx.roots(), true).unwrap();
+        assert!(outcome.changed.is_empty(), "{outcome:?}");
+        assert!(outcome.left[0].1.contains("link"), "{:?}", outcome.left);
+        assert_eq!(std::fs::read_to_string(&outside).unwrap(), "outside\n");
+        assert!(std::fs::symlink_metadata(&path).unwrap().file_type().is_symlink());
+    }
+
+    #[test]
+    fn commands_changes_are_found_by_scanning_and_ignored_files_are_not() {
+        let fx = Fixture::new();
+        std::fs::create_dir_all(fx.root.join(".git")).unwrap();
+        std::fs::write(fx.root.join(".gitignore"), "build/\n").unwrap();
+        std::fs::create_dir_all(fx.root.join("build")).unwrap();
+        std::fs::write(fx.root.join("build/out.o"), "object").unwrap();
+        std::fs::write(fx.root.join("kept.txt"), "kept").unwrap();
+        std::fs::write(fx.root.join("changed.txt"), "old").unwrap();
+        std::fs::write(fx.root.join("removed.txt"), "removed").unwrap();
+        let checkpoints = fx.checkpoints(1 << 20);
+        checkpoints.begin_turn("run", 0);
+        checkpoints.before_command(&fx.roots());
+        std::fs::write(fx.root.join("changed.txt"), "new and longer").unwrap();
+        std::fs::remove_file(fx.root.join("removed.txt")).unwrap();
+        std::fs::write(fx.root.join("created.txt"), "created").unwrap();
+        std::fs::write(fx.root.join("build/out.o"), "rebuilt").unwrap();
+        checkpoints.after_command(&fx.roots());
+        checkpoints.finish_turn(2, true);
+        let turn = checkpoints.turns().pop().unwrap();
+        let mut names: Vec<String> =
+            turn.files.iter().map(|f| f.path.file_name().unwrap().to_string_lossy().into_owned()).collect();
+        names.sort();
+        assert_eq!(names, ["changed.txt", "created.txt", "removed.txt"]);
+
+        checkpoints.undo(&fx.roots(), false).unwrap();
+        assert_eq!(std::fs::read_to_string(fx.root.join("changed.txt")).unwrap(), "old");
+        assert_eq!(std::fs::read_to_string(fx.root.join("removed.txt")).unwrap(), "removed");
+        assert!(!fx.root.join("created.txt").exists());
+        assert_eq!(std::fs::read_to_string(fx.root.join("build/out.o")).unwrap(), "rebuilt", "ignored: untouched");
+    }
+
+    #[test]
+    fn files_over_the_cap_are_named_not_saved() {
+        let fx = Fixture::new();
+        let big = fx.root.join("big.bin");
+        std::fs::write(&big, vec![b'x'; 2000]).unwrap();
+        let checkpoints = fx.checkpoints(1000);
+        checkpoints.begin_turn("shrink", 0);
+        write(&checkpoints, &big, "small");
+        checkpoints.finish_turn(2, true);
+        let outcome = checkpoints.undo(&fx.roots(), false).unwrap();
+        assert!(outcome.changed.is_empty());
+        assert!(outcome.left[0].1.contains("over the 1000-byte checkpoint limit"), "{:?}", outcome.left);
+        assert_eq!(std::fs::read_to_string(&big).unwrap(), "small");
     }
 }

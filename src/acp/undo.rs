@@ -24,6 +24,9 @@ use crate::checkpoint::{self, CheckpointError, Checkpoints, Outcome};
 use crate::session::{Session, TurnGuard};
 use crate::tools::{DisplayContent, Location, ToolKind};
 
+/// Largest text shown as a diff (as the file tools show theirs).
+const DIFF_MAX_BYTES: usize = 1024 * 1024;
+
 const NO_CHECKPOINTS: &str = "This session keeps no checkpoints: lathe saves them with the session, and sessions are \
                               not saved (no data directory).";
 
@@ -84,7 +87,9 @@ impl Server {
             );
         }
         if !outcome.left.is_empty() && !force {
-            reply.push_str(" Files changed since the turn were left alone; `/undo --force` would restore them too.");
+            reply.push_str(
+                " Files changed since the turn were left alone. To restore them as well, losing those changes:                  `/redo`, then `/undo --force`.",
+            );
         }
         reply
     }
@@ -189,6 +194,12 @@ fn show(events: &SessionEvents, session: &Session, verb: &str, outcome: &Outcome
     let mut content = Vec::new();
     for changed in &outcome.changed {
         let shown = crate::tools::paths::display(&changed.path, cwd);
+        let too_big = |text: &Option<String>| text.as_ref().is_some_and(|text| text.len() > DIFF_MAX_BYTES);
+        if too_big(&changed.old_text) || too_big(&changed.new_text) {
+            let what = if changed.exists { "Restored" } else { "Removed" };
+            content.push(DisplayContent::Text(format!("{what} {shown} (too large to show as a diff).")));
+            continue;
+        }
         match (&changed.old_text, &changed.new_text) {
             (old, Some(new)) if changed.existed == old.is_some() => content.push(DisplayContent::Diff {
                 path: changed.path.clone(),
