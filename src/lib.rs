@@ -40,7 +40,9 @@ pub mod checkpoint;
 pub mod child;
 pub mod commands;
 pub mod config;
+pub mod errors;
 pub mod fs_guard;
+pub mod http;
 pub mod mcp;
 pub mod model;
 pub mod permission;
@@ -49,6 +51,10 @@ pub mod rpc;
 pub mod sandbox;
 pub mod session;
 pub mod store;
+pub mod sync;
 pub mod tools;
+
+#[cfg(test)]
+mod test_support;
 
 pub use acp::{serve, serve_stdio};
