@@ -544,7 +544,7 @@ where
     impl<S, V> Drop for Worker<'_, S, V> {
         fn drop(&mut self) {
             if let Some(state) = self.state.take() {
-                lock(&self.done).push(state);
+                lock(self.done).push(state);
             }
         }
     }
