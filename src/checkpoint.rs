@@ -7,8 +7,9 @@
 //! it left is saved too. Contents are stored once per distinct content
 //! (named by their SHA-256) in `checkpoints/blobs/` of the session's folder,
 //! so they are deleted with the session; `checkpoints/index.json` lists the
-//! undoable turns and the undone ones that can be redone, and is replaced
-//! atomically whenever that list changes.
+//! undoable turns, the undone ones that can be redone and the turn being
+//! recorded (so a turn cut short by lathe's death can still be undone), and
+//! is replaced atomically whenever one of them changes.
 //!
 //! Shell commands: before a command runs, the roots are walked (ripgrep's
 //! walker: `.gitignore`d files and `.git` are skipped, links are not
@@ -129,6 +130,10 @@ struct Index {
     next: u64,
     turns: Vec<TurnRecord>,
     undone: Vec<Undone>,
+    /// The turn being recorded, saved as its changes come so that a turn
+    /// cut short by lathe's death can still be undone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    recording: Option<TurnRecord>,
 }
 
 /// Why a checkpoint operation failed as a whole.
@@ -221,7 +226,6 @@ struct Snapshot {
 #[derive(Debug, Default)]
 struct State {
     index: Option<Index>,
-    recording: Option<TurnRecord>,
     /// Saved content of workspace files by stamp, from earlier scans.
     cache: HashMap<PathBuf, Seen>,
     before_command: Option<Snapshot>,
@@ -270,30 +274,73 @@ impl Checkpoints {
         self.dir.join(BLOBS_DIR).join(&blob.sha256)
     }
 
-    /// The index, read from disk the first time.
+    /// The index, read from disk the first time. A turn still being
+    /// recorded there was cut short by lathe's death: it becomes an undoable
+    /// turn, with what its files hold now as what it left (its messages
+    /// cannot be told apart any more, so it does not rewind them).
     fn index<'s>(&self, state: &'s mut State) -> &'s mut Index {
-        state.index.get_or_insert_with(|| {
-            let path = self.dir.join(INDEX_FILE);
-            match std::fs::read(&path) {
-                Ok(bytes) => match serde_json::from_slice::<Index>(&bytes) {
-                    Ok(index) if index.version <= INDEX_VERSION => index,
-                    Ok(_) => {
-                        tracing::warn!(path = %path.display(), "checkpoints from a newer lathe: starting afresh");
-                        Index { version: INDEX_VERSION, ..Index::default() }
-                    }
-                    Err(err) => {
-                        tracing::warn!(path = %path.display(), %err, "unreadable checkpoint index: starting afresh");
-                        Index { version: INDEX_VERSION, ..Index::default() }
-                    }
-                },
-                Err(err) => {
-                    if err.kind() != std::io::ErrorKind::NotFound {
-                        tracing::warn!(path = %path.display(), %err, "cannot read the checkpoint index");
-                    }
-                    Index { version: INDEX_VERSION, ..Index::default() }
+        if state.index.is_none() {
+            let mut index = self.read_index();
+            if let Some(mut leftover) = index.recording.take() {
+                leftover.messages_before = None;
+                self.settle(&mut leftover);
+                index.turns.push(leftover);
+                if let Err(err) = self.save_index(&index) {
+                    tracing::warn!(%err, "cannot save the checkpoints");
                 }
             }
-        })
+            state.index = Some(index);
+        }
+        state.index.get_or_insert_with(Index::default)
+    }
+
+    fn read_index(&self) -> Index {
+        let path = self.dir.join(INDEX_FILE);
+        match std::fs::read(&path) {
+            Ok(bytes) => match serde_json::from_slice::<Index>(&bytes) {
+                Ok(index) if index.version <= INDEX_VERSION => index,
+                Ok(_) => {
+                    tracing::warn!(path = %path.display(), "checkpoints from a newer lathe: starting afresh");
+                    Index { version: INDEX_VERSION, ..Index::default() }
+                }
+                Err(err) => {
+                    tracing::warn!(path = %path.display(), %err, "unreadable checkpoint index: starting afresh");
+                    Index { version: INDEX_VERSION, ..Index::default() }
+                }
+            },
+            Err(err) => {
+                if err.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(path = %path.display(), %err, "cannot read the checkpoint index");
+                }
+                Index { version: INDEX_VERSION, ..Index::default() }
+            }
+        }
+    }
+
+    fn save_or_warn(&self, state: &State) {
+        if let Some(index) = &state.index
+            && let Err(err) = self.save_index(index)
+        {
+            tracing::warn!(%err, "cannot save the checkpoints");
+        }
+    }
+
+    /// Saves what a turn left in each file it changed.
+    fn settle(&self, record: &mut TurnRecord) {
+        for entry in &mut record.files {
+            if entry.not_saved.is_some() {
+                continue;
+            }
+            match self.save_current(&entry.path) {
+                Ok(after) => entry.after = after,
+                Err(why) => {
+                    entry.not_saved = Some(format!("what the turn left could not be saved: {why}"));
+                    entry.before = None;
+                }
+            }
+        }
+        // A file the turn changed and then put back as it was is no change.
+        record.files.retain(|entry| entry.not_saved.is_some() || entry.before != entry.after);
     }
 
     fn save_index(&self, index: &Index) -> Result<(), CheckpointError> {
@@ -371,13 +418,7 @@ impl Checkpoints {
         index.next += 1;
         let had_undone = !index.undone.is_empty();
         index.undone.clear();
-        if had_undone {
-            let index = state.index.as_ref().map(|index| self.save_index(index));
-            if let Some(Err(err)) = index {
-                tracing::warn!(%err, "cannot save the checkpoints");
-            }
-        }
-        state.recording = Some(TurnRecord {
+        index.recording = Some(TurnRecord {
             number,
             prompt: summary(prompt),
             started_at: crate::store::now_rfc3339(),
@@ -385,6 +426,9 @@ impl Checkpoints {
             messages_after: messages_before,
             files: Vec::new(),
         });
+        if had_undone {
+            self.save_or_warn(&state);
+        }
     }
 
     /// A tool is about to change the file at `path` (its real location):
@@ -392,7 +436,7 @@ impl Checkpoints {
     /// `inside` says whether it lies inside the session's roots.
     pub fn before_write(&self, path: &Path, inside: bool) {
         let mut state = self.lock();
-        let Some(recording) = &state.recording else { return };
+        let Some(recording) = &self.index(&mut state).recording else { return };
         if recording.files.iter().any(|entry| entry.path == path) {
             return;
         }
@@ -409,15 +453,16 @@ impl Checkpoints {
                 not_saved: Some("it is outside the session's roots".to_owned()),
             }
         };
-        if let Some(recording) = &mut state.recording {
+        if let Some(recording) = &mut self.index(&mut state).recording {
             recording.files.push(entry);
         }
+        self.save_or_warn(&state);
     }
 
     /// A shell command is about to run: notes (and saves) the roots' files.
     pub fn before_command(&self, roots: &[PathBuf]) {
         let mut state = self.lock();
-        if state.recording.is_none() {
+        if self.index(&mut state).recording.is_none() {
             return;
         }
         let snapshot = self.scan(&mut state, roots, true);
@@ -453,11 +498,16 @@ impl Checkpoints {
             };
             entries.push(entry);
         }
-        let Some(recording) = &mut state.recording else { return };
+        let Some(recording) = &mut self.index(&mut state).recording else { return };
+        let mut added = false;
         for entry in entries {
             if !recording.files.iter().any(|known| known.path == entry.path) {
                 recording.files.push(entry);
+                added = true;
             }
+        }
+        if added {
+            self.save_or_warn(&state);
         }
     }
 
@@ -541,32 +591,15 @@ impl Checkpoints {
     pub fn finish_turn(&self, messages_after: usize, rewindable: bool) {
         let mut state = self.lock();
         state.before_command = None;
-        let Some(mut record) = state.recording.take() else { return };
+        let Some(mut record) = self.index(&mut state).recording.take() else { return };
         record.messages_after = messages_after;
         if !rewindable {
             record.messages_before = None;
         }
-        for entry in &mut record.files {
-            if entry.not_saved.is_some() {
-                continue;
-            }
-            match self.save_current(&entry.path) {
-                Ok(after) => entry.after = after,
-                Err(why) => {
-                    entry.not_saved = Some(format!("what the turn left could not be saved: {why}"));
-                    entry.before = None;
-                }
-            }
-        }
-        // A file the turn changed and then put back as it was is no change.
-        record.files.retain(|entry| entry.not_saved.is_some() || entry.before != entry.after);
+        self.settle(&mut record);
         self.index(&mut state).turns.push(record);
         self.enforce_cap(&mut state);
-        if let Some(index) = &state.index
-            && let Err(err) = self.save_index(index)
-        {
-            tracing::warn!(%err, "cannot save the checkpoints");
-        }
+        self.save_or_warn(&state);
     }
 
     /// Drops what the cap does not allow, oldest first, then deletes the
@@ -761,7 +794,7 @@ impl Checkpoints {
 
 /// Every saved content the index refers to.
 fn referenced(index: &Index) -> Vec<Blob> {
-    let turns = index.turns.iter().chain(index.undone.iter().map(|undone| &undone.turn));
+    let turns = index.turns.iter().chain(index.undone.iter().map(|undone| &undone.turn)).chain(&index.recording);
     turns.flat_map(|turn| &turn.files).flat_map(|entry| [entry.before.clone(), entry.after.clone()]).flatten().collect()
 }
 
@@ -1001,6 +1034,25 @@ mod tests {
         assert_eq!(std::fs::read_to_string(fx.root.join("removed.txt")).unwrap(), "removed");
         assert!(!fx.root.join("created.txt").exists());
         assert_eq!(std::fs::read_to_string(fx.root.join("build/out.o")).unwrap(), "rebuilt", "ignored: untouched");
+    }
+
+    #[test]
+    fn a_turn_cut_short_by_lathes_death_can_still_be_undone() {
+        let fx = Fixture::new();
+        let path = fx.root.join("a.txt");
+        std::fs::write(&path, "before\n").unwrap();
+        let checkpoints = fx.checkpoints(1 << 20);
+        checkpoints.begin_turn("edit and die", 4);
+        write(&checkpoints, &path, "after\n");
+        drop(checkpoints); // no finish_turn: the process died
+
+        let reopened = fx.checkpoints(1 << 20);
+        let turns = reopened.turns();
+        assert_eq!(turns.len(), 1);
+        assert_eq!(turns[0].messages_before, None, "its messages cannot be told apart");
+        let outcome = reopened.undo(&fx.roots(), false).unwrap();
+        assert_eq!(outcome.changed.len(), 1);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "before\n");
     }
 
     #[test]
