@@ -235,8 +235,9 @@ struct State {
 #[derive(Debug)]
 pub struct Checkpoints {
     dir: PathBuf,
-    /// Never walked by scans (the sessions folder, should a root contain it).
-    excluded: PathBuf,
+    /// Never walked by scans: lathe's own files (the sessions folder and
+    /// its index), should a root contain them.
+    excluded: Vec<PathBuf>,
     max_bytes: u64,
     state: Mutex<State>,
 }
@@ -257,8 +258,8 @@ pub fn summary(prompt: &str) -> String {
 
 impl Checkpoints {
     /// Checkpoints kept in `dir` (created when first needed), at most
-    /// `max_bytes` of saved content. `excluded` is never scanned.
-    pub fn new(dir: PathBuf, excluded: PathBuf, max_bytes: u64) -> Checkpoints {
+    /// `max_bytes` of saved content. What lies under `excluded` is never scanned.
+    pub fn new(dir: PathBuf, excluded: Vec<PathBuf>, max_bytes: u64) -> Checkpoints {
         Checkpoints { dir, excluded, max_bytes, state: Mutex::new(State::default()) }
     }
 
@@ -363,9 +364,11 @@ impl Checkpoints {
         }
         let dir = self.dir.join(BLOBS_DIR);
         std::fs::create_dir_all(&dir)?;
+        // Not flushed to the device one by one (a command's first scan may
+        // save thousands): a copy a crash tore fails its hash check when
+        // loaded, and is then named as not restored, never written back.
         let mut temp = tempfile::NamedTempFile::new_in(&dir)?;
         temp.write_all(bytes)?;
-        temp.as_file().sync_all()?;
         temp.persist(&path).map_err(|err| err.error)?;
         Ok(blob)
     }
@@ -520,12 +523,18 @@ impl Checkpoints {
         for root in rest {
             builder.add(root);
         }
-        let excluded = self.excluded.clone();
-        builder
-            .hidden(false)
-            .follow_links(false)
-            .sort_by_file_name(std::cmp::Ord::cmp)
-            .filter_entry(move |entry| entry.file_name() != ".git" && !entry.path().starts_with(&excluded));
+        // Compared with the walk's real paths, so real paths too (the index file may not exist yet).
+        let excluded: Vec<PathBuf> = self
+            .excluded
+            .iter()
+            .map(|own| match (own.parent().and_then(|dir| std::fs::canonicalize(dir).ok()), own.file_name()) {
+                (Some(dir), Some(name)) => dir.join(name),
+                _ => own.clone(),
+            })
+            .collect();
+        builder.hidden(false).follow_links(false).sort_by_file_name(std::cmp::Ord::cmp).filter_entry(move |entry| {
+            entry.file_name() != ".git" && !excluded.iter().any(|own| entry.path().starts_with(own))
+        });
         let cached: u64 = state.cache.values().filter_map(|seen| seen.saved.as_ref().ok()).map(|blob| blob.len).sum();
         let mut budget =
             self.max_bytes.saturating_sub(self.stored_bytes(state)).min(SCAN_MAX_SAVED_BYTES.saturating_sub(cached));
@@ -942,7 +951,7 @@ mod tests {
         }
 
         fn checkpoints(&self, max_bytes: u64) -> Checkpoints {
-            Checkpoints::new(self.store.join("s1/checkpoints"), self.store.clone(), max_bytes)
+            Checkpoints::new(self.store.join("s1/checkpoints"), vec![self.store.clone()], max_bytes)
         }
 
         fn roots(&self) -> Vec<PathBuf> {
@@ -1053,6 +1062,28 @@ mod tests {
         let outcome = reopened.undo(&fx.roots(), false).unwrap();
         assert_eq!(outcome.changed.len(), 1);
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "before\n");
+    }
+
+    #[test]
+    fn lathes_own_files_inside_a_root_are_not_changes() {
+        let fx = Fixture::new();
+        let data = fx.root.join(".data");
+        let sessions = data.join("sessions");
+        let index = data.join("sessions.index.json");
+        let checkpoints =
+            Checkpoints::new(sessions.join("s1/checkpoints"), vec![sessions.clone(), index.clone()], 1 << 20);
+        std::fs::write(fx.root.join("real.txt"), "real").unwrap();
+        checkpoints.begin_turn("run", 0);
+        checkpoints.before_command(&fx.roots());
+        std::fs::create_dir_all(sessions.join("s1")).unwrap();
+        std::fs::write(sessions.join("s1/log.jsonl"), "{}").unwrap();
+        std::fs::write(&index, "{}").unwrap();
+        std::fs::write(fx.root.join("real.txt"), "changed").unwrap();
+        checkpoints.after_command(&fx.roots());
+        checkpoints.finish_turn(2, true);
+        let turn = checkpoints.turns().pop().unwrap();
+        let paths: Vec<&Path> = turn.files.iter().map(|f| f.path.as_path()).collect();
+        assert_eq!(paths, [fx.root.join("real.txt").as_path()]);
     }
 
     #[test]

@@ -508,6 +508,13 @@ impl Store {
         self.dir(id).ok()
     }
 
+    /// The store's own files and folders (the sessions folder, the
+    /// index): what a scan of the user's files must leave out.
+    pub fn own_paths(&self) -> Vec<PathBuf> {
+        let index = self.root.parent().map(|data_dir| data_dir.join(index::INDEX_FILE));
+        std::iter::once(self.root.clone()).chain(index).collect()
+    }
+
     /// Whether a session is saved (from the index). Blocking, like [`Store::list`].
     pub fn contains(&self, id: &str) -> bool {
         valid_id(id) && self.index.read(&self.root, |index| index.contains(id))

@@ -301,11 +301,10 @@ impl Server {
         if let Some(store) = self.store.as_ref().filter(|_| session.journal().is_some())
             && let Some(dir) = store.session_dir(&id)
         {
-            let sessions = dir.parent().map(std::path::Path::to_path_buf).unwrap_or_else(|| dir.clone());
             let max_bytes = self.config.sessions.checkpoint_max_bytes;
             session.set_checkpoints(Arc::new(crate::checkpoint::Checkpoints::new(
                 dir.join("checkpoints"),
-                sessions,
+                store.own_paths(),
                 max_bytes,
             )));
         }
