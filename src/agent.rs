@@ -560,6 +560,14 @@ impl Turn<'_> {
             Runnable::Builtin(prepared) => prepared.cancel_grace(workspace.host),
             Runnable::External(..) => tools::CANCEL_GRACE,
         };
+        // A command may change any file: what watches the roots looks before and after.
+        let watch = match &description.access {
+            Access::Execute { .. } => workspace.host.command_watch(),
+            _ => None,
+        };
+        if let Some(watch) = watch {
+            watch.before_command().await;
+        }
         let running = async {
             match runnable {
                 Runnable::Builtin(prepared) => tools::run(prepared, &context).await,
@@ -575,6 +583,9 @@ impl Turn<'_> {
                 tokio::time::timeout(grace, &mut running).await.unwrap_or_else(|_| ToolOutcome::cancelled())
             }
         };
+        if let Some(watch) = watch {
+            watch.after_command().await;
+        }
         let flow = if outcome.status == OutcomeStatus::Cancelled || self.cancel.is_cancelled() {
             Flow::Cancelled
         } else {

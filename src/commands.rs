@@ -1,5 +1,5 @@
 //! Slash commands: the built-in ones (`/compact`, `/clear`, `/init`,
-//! `/model`, `/mode`) and the user's own, written as Markdown files in the
+//! `/model`, `/mode`, `/undo`, `/redo`, `/checkpoints`) and the user's own, written as Markdown files in the
 //! project's `.lathe/commands/` or in lathe's config directory
 //! (`~/.config/lathe/commands/`). A command file's body is the prompt it
 //! sends, with `$ARGUMENTS` replaced by what the user typed after the name;
@@ -43,6 +43,12 @@ pub enum CommandKind {
     Model,
     /// Show or switch the mode.
     Mode,
+    /// Take back the last turn: its file changes and its messages.
+    Undo,
+    /// Apply the last undone turn again.
+    Redo,
+    /// List the turns `/undo` can take back.
+    Checkpoints,
     /// A user command: send this prompt template.
     Custom {
         /// The prompt, with `$ARGUMENTS` where the arguments go.
@@ -82,6 +88,14 @@ pub fn available(cwd: &Path, user_dir: Option<&Path>) -> Vec<SlashCommand> {
         ),
         builtin("model", "Show the models, or switch to one", Some("<model>"), CommandKind::Model),
         builtin("mode", "Show the modes, or switch to one", Some("<mode>"), CommandKind::Mode),
+        builtin(
+            "undo",
+            "Undo the last turn: restore the files it changed and take it out of the conversation",
+            Some("[--force]"),
+            CommandKind::Undo,
+        ),
+        builtin("redo", "Apply the last undone turn again", None, CommandKind::Redo),
+        builtin("checkpoints", "List the turns /undo can take back, with their files", None, CommandKind::Checkpoints),
     ];
     let project = cwd.join(".lathe").join("commands");
     let user = user_dir.map(|dir| dir.join("commands"));
@@ -231,8 +245,11 @@ mod tests {
         std::fs::write(user.path().join("commands/notes.txt"), "not a command").unwrap();
         let commands = available(project.path(), Some(user.path()));
         let names: Vec<&str> = commands.iter().map(|c| c.name.as_str()).collect();
-        assert_eq!(names, ["compact", "clear", "init", "model", "mode", "review", "ship"]);
-        assert_eq!(commands[5].kind, CommandKind::Custom { template: "project review".into() });
+        assert_eq!(
+            names,
+            ["compact", "clear", "init", "model", "mode", "undo", "redo", "checkpoints", "review", "ship"]
+        );
+        assert_eq!(commands[8].kind, CommandKind::Custom { template: "project review".into() });
         assert_eq!(commands[1].kind, CommandKind::Clear);
     }
 }

@@ -368,12 +368,24 @@ impl Default for ToolSettings {
     }
 }
 
-/// How long saved sessions are kept.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// How long saved sessions are kept, and what their checkpoints may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SessionSettings {
     /// Sessions not updated for this many days are deleted at start-up;
     /// `None` (the default) keeps every session.
     pub keep_days: Option<u32>,
+    /// Bytes of file checkpoints one session keeps (`/undo`); the oldest
+    /// turns' checkpoints are dropped first.
+    pub checkpoint_max_bytes: u64,
+}
+
+/// Default of `[sessions] checkpoint_max_bytes`: 256 MiB per session.
+pub const DEFAULT_CHECKPOINT_MAX_BYTES: u64 = 256 * 1024 * 1024;
+
+impl Default for SessionSettings {
+    fn default() -> Self {
+        Self { keep_days: None, checkpoint_max_bytes: DEFAULT_CHECKPOINT_MAX_BYTES }
+    }
 }
 
 /// Time limits for MCP servers.
@@ -527,6 +539,7 @@ struct SandboxToml {
 #[serde(deny_unknown_fields)]
 struct SessionsToml {
     keep_days: Option<u32>,
+    checkpoint_max_bytes: Option<u64>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -1029,7 +1042,10 @@ impl TryFrom<SessionsToml> for SessionSettings {
                 "sessions.keep_days",
                 "0 would delete every session at start-up (minimum 1; leave it out to keep all)",
             )),
-            keep_days => Ok(SessionSettings { keep_days }),
+            keep_days => Ok(SessionSettings {
+                keep_days,
+                checkpoint_max_bytes: raw.checkpoint_max_bytes.unwrap_or(DEFAULT_CHECKPOINT_MAX_BYTES),
+            }),
         }
     }
 }
@@ -1448,7 +1464,10 @@ max_output_tokens = 8192
         assert_eq!(config.sessions, SessionSettings::default(), "sessions are kept unless keep_days is set");
         let pruning = text.replace("\n# keep_days = 90\n", "\nkeep_days = 90\n");
         let pruning = Config::from_toml_str(&pruning, Path::new("config.example.toml"), &no_env).unwrap();
-        assert_eq!(pruning.sessions, SessionSettings { keep_days: Some(90) });
+        assert_eq!(pruning.sessions, SessionSettings { keep_days: Some(90), ..SessionSettings::default() });
+        let capped = text.replace("\n# checkpoint_max_bytes = 268435456\n", "\ncheckpoint_max_bytes = 1000\n");
+        let capped = Config::from_toml_str(&capped, Path::new("config.example.toml"), &no_env).unwrap();
+        assert_eq!(capped.sessions.checkpoint_max_bytes, 1000);
         let zero = text.replace("\n# keep_days = 90\n", "\nkeep_days = 0\n");
         let err = Config::from_toml_str(&zero, Path::new("config.example.toml"), &no_env).unwrap_err().to_string();
         assert!(err.contains("sessions.keep_days"), "{err}");

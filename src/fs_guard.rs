@@ -557,6 +557,30 @@ impl Target {
         Ok(())
     }
 
+    /// Removes the judged file (an undo of a file a turn created): reached
+    /// without links from the judged anchor, and only a regular file (a link
+    /// or directory put there since is left alone). Removing a missing file
+    /// succeeds.
+    pub fn remove_file(&self) -> Result<(), GuardError> {
+        self.usable()?;
+        let (dir, name) = match self.open_parent(false) {
+            Err(GuardError::NotFound) => return Ok(()),
+            other => other?,
+        };
+        match Target::look(&dir, &name)? {
+            None => return Ok(()),
+            Some(facts) => check_kind(facts.kind)?,
+        }
+        match rustix::fs::unlinkat(&dir, &name, AtFlags::empty()) {
+            Ok(()) | Err(Errno::NOENT) => {}
+            Err(errno) => return Err(GuardError::from_errno(errno)),
+        }
+        if let Err(err) = rustix::fs::fsync(&dir) {
+            tracing::debug!(path = %self.real.display(), %err, "could not sync the directory after a removal");
+        }
+        Ok(())
+    }
+
     /// Readies a write the editor will do in place (`fs/write_text_file`):
     /// checks the target again (no link, same anchor, no hard link that was
     /// not judged) and creates its missing directories beneath the anchor.

@@ -47,6 +47,7 @@
 pub mod acp;
 pub mod agent;
 pub mod cancel;
+pub mod checkpoint;
 pub mod child;
 pub mod commands;
 pub mod config;

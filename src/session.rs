@@ -138,6 +138,20 @@ impl Conversation {
         self.usage_mark = None;
     }
 
+    /// Cuts the conversation back to its first `len` messages (`/undo`),
+    /// journaled as a rewind (no copy of the messages kept); returns the
+    /// messages dropped.
+    pub fn rewind(&mut self, len: usize) -> Vec<Message> {
+        if len >= self.messages.len() {
+            return Vec::new();
+        }
+        if let Some(journal) = &self.journal {
+            journal.record(&Record::Rewind(len));
+        }
+        self.usage_mark = None;
+        self.messages.split_off(len)
+    }
+
     /// Drops every message from `len` on.
     pub fn truncate(&mut self, len: usize) {
         if len < self.messages.len() {
@@ -189,6 +203,8 @@ pub struct Session {
     seen: crate::tools::versions::FileVersions,
     /// The session's MCP tools, once its servers are being connected.
     external: std::sync::OnceLock<Arc<dyn crate::tools::ExternalTools>>,
+    /// The turns' file checkpoints (`/undo`), once the session has them.
+    checkpoints: std::sync::OnceLock<Arc<crate::checkpoint::Checkpoints>>,
 }
 
 /// A prompt's turn, registered (so it can be cancelled) but not yet running.
@@ -277,7 +293,18 @@ impl Session {
             journal,
             seen: crate::tools::versions::FileVersions::default(),
             external: std::sync::OnceLock::new(),
+            checkpoints: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Gives the session its checkpoints; only the first call counts.
+    pub fn set_checkpoints(&self, checkpoints: Arc<crate::checkpoint::Checkpoints>) {
+        let _ = self.checkpoints.set(checkpoints);
+    }
+
+    /// The session's checkpoints, if it keeps them.
+    pub fn checkpoints(&self) -> Option<&Arc<crate::checkpoint::Checkpoints>> {
+        self.checkpoints.get()
     }
 
     /// A token cancelled when the session goes away (closed, deleted,

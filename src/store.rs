@@ -93,6 +93,8 @@ pub enum Record {
     Message(Message),
     /// The transcript was replaced (compaction, `/clear`) by these messages.
     Reset(Vec<Message>),
+    /// The transcript was cut back to its first this many messages (`/undo`).
+    Rewind(usize),
 }
 
 /// Whose streamed text a [`Chunk`] is.
@@ -164,6 +166,7 @@ impl StoredSession {
             match record {
                 Record::Message(message) => messages.push(message.clone()),
                 Record::Reset(replacement) => messages.clone_from(replacement),
+                Record::Rewind(keep) => messages.truncate(*keep),
                 Record::Update(_) | Record::Chunk(_) => {}
             }
         }
@@ -388,7 +391,7 @@ impl Store {
         match record {
             Record::Update(sent) => self.append_line(dir, sent.clone().into_bytes()),
             Record::Chunk(chunk) => self.send(WriterCommand::Chunk { dir, chunk: chunk.clone() }),
-            Record::Message(_) | Record::Reset(_) => {
+            Record::Message(_) | Record::Reset(_) | Record::Rewind(_) => {
                 self.send(WriterCommand::Transcript { dir, record: Box::new(record.clone()) });
             }
         }
@@ -497,6 +500,19 @@ impl Store {
     /// unless another process created or deleted sessions meanwhile.
     pub fn list(&self, cwd: Option<&Path>, after: Option<&ListKey>, limit: usize) -> ListPage {
         self.index.read(&self.root, |index| index.page(cwd, after, limit))
+    }
+
+    /// The folder of a session's files (its log, metadata and checkpoints);
+    /// deleted with the session. `None` for an id that cannot be a session's.
+    pub fn session_dir(&self, id: &str) -> Option<PathBuf> {
+        self.dir(id).ok()
+    }
+
+    /// The store's own files and folders (the sessions folder, the
+    /// index): what a scan of the user's files must leave out.
+    pub fn own_paths(&self) -> Vec<PathBuf> {
+        let index = self.root.parent().map(|data_dir| data_dir.join(index::INDEX_FILE));
+        std::iter::once(self.root.clone()).chain(index).collect()
     }
 
     /// Whether a session is saved (from the index). Blocking, like [`Store::list`].

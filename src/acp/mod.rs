@@ -43,6 +43,7 @@ mod options;
 mod prompt;
 mod sessions;
 mod turns;
+mod undo;
 mod updates;
 mod warnings;
 

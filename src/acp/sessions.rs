@@ -193,6 +193,7 @@ impl Server {
                     server.outbox.respond_ok(&id, &response);
                     server.send_commands(&session, commands);
                     server.tell_sandbox(&session);
+                    server.send_checkpoints(&session, &server.events(&session), true).await;
                 }
                 Err(error) => server.outbox.respond_err(&id, &error),
             }
@@ -296,6 +297,17 @@ impl Server {
             created_at: placement.created_at,
         };
         let session = Arc::new(Session::new(Arc::clone(&id), setup, conversation, choices, mode, &self.root));
+        // Checkpoints live in the session's folder, so they go with it.
+        if let Some(store) = self.store.as_ref().filter(|_| session.journal().is_some())
+            && let Some(dir) = store.session_dir(&id)
+        {
+            let max_bytes = self.config.sessions.checkpoint_max_bytes;
+            session.set_checkpoints(Arc::new(crate::checkpoint::Checkpoints::new(
+                dir.join("checkpoints"),
+                store.own_paths(),
+                max_bytes,
+            )));
+        }
         // Connected in the background: the response does not wait for them.
         let servers = crate::mcp::merge(placement.mcp, &self.config.mcp_servers);
         if !servers.is_empty() {
@@ -689,6 +701,10 @@ impl<'a> Replayer<'a> {
             }
             Record::Reset(replacement) => {
                 self.messages = replacement;
+                self.streamed.clear();
+            }
+            Record::Rewind(keep) => {
+                self.messages.truncate(keep);
                 self.streamed.clear();
             }
             Record::Chunk(chunk) => {

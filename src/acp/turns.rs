@@ -18,8 +18,9 @@ use super::client::{ClientApprover, ClientHost};
 use super::updates::SessionEvents;
 use super::{INVALID_PARAMS, RequestId, RpcError, Server, lock, options, parse_params, prompt};
 use crate::agent::{AgentEvent, Compaction, Compactor, EventSink, StopReason, Turn, TurnError, Workspace};
+use crate::checkpoint::RecordingHost;
 use crate::commands::{self, CommandKind};
-use crate::model::UserPart;
+use crate::model::{Message, UserPart};
 use crate::session::TurnGuard;
 use crate::store::now_rfc3339;
 use crate::tools::ToolLimits;
@@ -172,6 +173,22 @@ impl Server {
             ..defaults
         };
         let external = session.external_tools();
+        // The turn's changes to files are checkpointed (`/undo`) when the session keeps checkpoints.
+        let checkpoints = session.checkpoints().cloned();
+        let recording = checkpoints.as_ref().map(|c| RecordingHost::new(&host, Arc::clone(c), roots.clone()));
+        let host: &dyn crate::tools::Host = match &recording {
+            Some(recording) => recording,
+            None => &host,
+        };
+        let user = Message::User { parts: parts.clone() };
+        let messages_before = turn.conversation().messages().len();
+        if let Some(checkpoints) = &checkpoints {
+            let (checkpoints, prompt) = (Arc::clone(checkpoints), prompt_text(&parts));
+            let begun = tokio::task::spawn_blocking(move || checkpoints.begin_turn(&prompt, messages_before)).await;
+            if let Err(err) = begun {
+                tracing::warn!(%err, "cannot start the turn's checkpoint");
+            }
+        }
         let runner = Turn {
             client: &client,
             settings: &self.config.agent,
@@ -180,7 +197,7 @@ impl Server {
             workspace: Workspace {
                 cwd: &session.setup().cwd,
                 roots: &roots,
-                host: &host,
+                host,
                 approver: &approver,
                 policy: session.policy(),
                 limits: &limits,
@@ -190,7 +207,19 @@ impl Server {
             external: external.as_deref(),
             context: &self.config.context,
         };
-        runner.run(turn.conversation(), parts).await
+        let result = runner.run(turn.conversation(), parts).await;
+        if let Some(checkpoints) = checkpoints {
+            let messages = turn.conversation().messages();
+            let rewindable = messages.get(messages_before) == Some(&user);
+            let messages_after = messages.len();
+            let finishing = Arc::clone(&checkpoints);
+            let finished = tokio::task::spawn_blocking(move || finishing.finish_turn(messages_after, rewindable)).await;
+            if let Err(err) = finished {
+                tracing::warn!(%err, "cannot finish the turn's checkpoint");
+            }
+            self.send_checkpoints(&session, events, false).await;
+        }
+        result
     }
 
     /// `/compact`, `/clear`, `/model`, `/mode`: answered by lathe itself.
@@ -227,6 +256,9 @@ impl Server {
             }
             CommandKind::Model => self.model_command(&session, arguments),
             CommandKind::Mode => self.mode_command(&session, arguments),
+            CommandKind::Undo => self.undo_command(turn, events, arguments).await,
+            CommandKind::Redo => self.redo_command(turn, events).await,
+            CommandKind::Checkpoints => self.checkpoints_command(&session).await,
             CommandKind::Init | CommandKind::Custom { .. } => {
                 // Both are turned into ordinary turns by `classify`.
                 return Ok(StopReason::EndTurn);
@@ -286,6 +318,18 @@ impl Server {
             Err(error) => error.message.trim_start_matches("Invalid params: ").to_owned(),
         }
     }
+}
+
+/// The text of a prompt, for naming its turn.
+fn prompt_text(parts: &[UserPart]) -> String {
+    parts
+        .iter()
+        .filter_map(|part| match part {
+            UserPart::Text { text } => Some(text.as_str()),
+            UserPart::Image { .. } => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// A title from the first prompt: its first non-empty line, cut at a word

@@ -17,6 +17,8 @@
 //!   carries `"text_of":id` (`"reasoning_of":id`) and an empty `text`
 //!   instead of a second copy;
 //! - `{"lathe":"reset","messages":[…]}`: the transcript was replaced.
+//! - `{"lathe":"rewind","keep":n}`: the transcript was cut back to its
+//!   first `n` messages (`/undo`); an older lathe skips it with a warning.
 //!
 //! A reader skips, with a warning, a line it cannot parse (a tail torn by a
 //! crash) or does not know (written by a newer lathe), and keeps the rest.
@@ -60,6 +62,9 @@ enum LineOut<'a> {
     Reset {
         messages: &'a [Message],
     },
+    Rewind {
+        keep: usize,
+    },
 }
 
 /// Every field any line may have: one pass over a line whatever its kind.
@@ -81,6 +86,8 @@ struct LineIn<'a> {
     message: Option<Message>,
     #[serde(default)]
     messages: Option<Vec<Message>>,
+    #[serde(default)]
+    keep: Option<usize>,
     #[serde(borrow, default)]
     text_of: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
@@ -209,6 +216,10 @@ impl WriterState {
                 self.recent.clear();
                 line(out, &LineOut::Reset { messages });
             }
+            Record::Rewind(keep) => {
+                self.recent.clear();
+                line(out, &LineOut::Rewind { keep: *keep });
+            }
             Record::Update(sent) => {
                 out.extend_from_slice(sent.as_bytes());
                 out.push(b'\n');
@@ -264,7 +275,7 @@ pub fn read(path: &Path, reader: impl BufRead, visit: &mut dyn FnMut(Record)) {
             }
             continue;
         }
-        let LineIn { lathe, version, kind, id, text, message, messages, text_of, reasoning_of, .. } = parsed;
+        let LineIn { lathe, version, kind, id, text, message, messages, keep, text_of, reasoning_of, .. } = parsed;
         match (lathe.as_deref(), kind, text) {
             (Some("journal"), ..) => {
                 if version.is_some_and(|v| v > VERSION) && !newer_seen {
@@ -310,6 +321,11 @@ pub fn read(path: &Path, reader: impl BufRead, visit: &mut dyn FnMut(Record)) {
                 continues = None;
                 recent.clear();
                 visit(Record::Reset(messages.unwrap_or_default()));
+            }
+            (Some("rewind"), ..) if keep.is_some() => {
+                continues = None;
+                recent.clear();
+                visit(Record::Rewind(keep.unwrap_or_default()));
             }
             _ => {
                 continues = None;

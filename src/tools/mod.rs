@@ -692,6 +692,20 @@ pub trait Host: Send + Sync {
     fn launcher(&self) -> &Launcher {
         Launcher::unsupervised()
     }
+    /// What watches the roots around a shell command (checkpoints: the
+    /// files a command changes); `None` when nothing does.
+    fn command_watch(&self) -> Option<&dyn CommandWatch> {
+        None
+    }
+}
+
+/// Told before and after each shell command a turn runs, to notice the files
+/// the command changed (see [`crate::checkpoint`]).
+pub trait CommandWatch: Send + Sync {
+    /// The command is about to start.
+    fn before_command(&self) -> BoxFuture<'_, ()>;
+    /// The command ended (or was killed).
+    fn after_command(&self) -> BoxFuture<'_, ()>;
 }
 
 /// A command to run in an editor terminal.

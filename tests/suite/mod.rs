@@ -60,6 +60,7 @@
 
 mod bench_smoke;
 mod cancel;
+mod checkpoints;
 mod children;
 mod cli;
 mod concurrency;
