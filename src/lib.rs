@@ -21,6 +21,8 @@
 //! fs_guard    the path authority: every file touch judged on its final target,
 //!             done on the object judged; the reader for untrusted workspace files
 //! config      TOML / environment -> validated Config
+//! cli/        `lathe sessions` and `lathe init`; doctor: `lathe doctor`;
+//!             trace: the `--trace` file (JSON-RPC both ways, model traffic, redacted)
 //! ```
 //!
 //! Knowledge flows one way: `acp -> agent -> {model, session, prompt} -> config`,
@@ -36,8 +38,10 @@
 pub mod acp;
 pub mod agent;
 pub mod child;
+pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod doctor;
 pub mod fs_guard;
 pub mod mcp;
 pub mod model;
@@ -48,5 +52,6 @@ pub mod sandbox;
 pub mod session;
 pub mod store;
 pub mod tools;
+pub mod trace;
 
 pub use acp::{serve, serve_stdio};

@@ -403,6 +403,7 @@ impl Writer {
             for frame in batch.drain(..) {
                 match frame {
                     Frame::Line(bytes) => {
+                        crate::trace::agent_message(&bytes);
                         writer.write_all(&bytes).await?;
                         writer.write_all(b"\n").await?;
                     }
@@ -435,6 +436,7 @@ impl Writer {
             for frame in batch.drain(..) {
                 match frame {
                     Frame::Line(bytes) => {
+                        crate::trace::agent_message(&bytes);
                         writer.write_all(&bytes)?;
                         writer.write_all(b"\n")?;
                     }

@@ -163,7 +163,10 @@ where
             line = lines.next_line() => line,
         };
         match line {
-            Ok(Some(Line::Complete(bytes))) => server.handle_line(&bytes),
+            Ok(Some(Line::Complete(bytes))) => {
+                crate::trace::client_message(&bytes);
+                server.handle_line(&bytes)
+            }
             Ok(Some(Line::TooLong(size))) => {
                 tracing::warn!(size, "refusing an oversized message");
                 outbox.respond_err(
