@@ -70,8 +70,7 @@ async fn the_trace_holds_both_directions_and_the_model_traffic_without_the_key()
     assert_eq!(chat["body"]["messages"][1]["content"], "Say something traced");
     assert!(of("model->lathe", "http_response").iter().any(|r| r["status"] == 200));
     let events = of("model->lathe", "sse_event");
-    let streamed: String =
-        events.iter().filter_map(|r| r["data"]["choices"][0]["delta"]["content"].as_str()).collect();
+    let streamed: String = events.iter().filter_map(|r| r["data"]["choices"][0]["delta"]["content"].as_str()).collect();
     assert_eq!(streamed, "Traced answer.");
     assert!(events.iter().any(|r| r["data"] == "[DONE]"));
 }
