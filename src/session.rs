@@ -26,29 +26,125 @@ use tokio_util::sync::CancellationToken;
 
 use crate::model::Message;
 use crate::permission::{Mode, Policy};
-use crate::store::{Record, Store};
+use crate::store::{Record, SessionMeta, Store};
 
 /// Where a session's records go on disk.
+///
+/// A new session is not on disk until its conversation gets its first
+/// message (the first prompt handed to the turn loop): a session created
+/// and closed, or left when the process ends, without a prompt leaves
+/// nothing behind. Until then the journal keeps the session's metadata and
+/// the updates sent so far in memory ([`Journal::lazy`]); the first message
+/// queues the session's creation, those updates, then the message, in that
+/// order on the store's writer.
 #[derive(Debug, Clone)]
 pub struct Journal {
     store: Arc<Store>,
     session_id: Arc<str>,
+    /// `Some` while the session exists only in memory.
+    pending: Arc<Mutex<Option<Pending>>>,
 }
 
+/// A session not on disk yet.
+#[derive(Debug)]
+struct Pending {
+    meta: SessionMeta,
+    /// Updates sent before the first message, to be written first.
+    updates: Vec<Vec<u8>>,
+}
+
+/// Most updates kept for a session not on disk yet (the slash commands, a
+/// mode or model switch, a notice: a handful in practice); later ones are
+/// not saved, and replay leaves such state updates out anyway.
+const MAX_PENDING_UPDATES: usize = 256;
+
 impl Journal {
-    /// The journal of session `session_id` in `store`.
+    /// The journal of session `session_id`, which is in `store`.
     pub fn new(store: Arc<Store>, session_id: Arc<str>) -> Self {
-        Self { store, session_id }
+        Self { store, session_id, pending: Arc::new(Mutex::new(None)) }
     }
 
-    /// Appends one record.
+    /// The journal of a new session, created in `store` with `meta` when
+    /// its first message is recorded.
+    pub fn lazy(store: Arc<Store>, meta: SessionMeta) -> Self {
+        let session_id = Arc::from(meta.session_id.as_str());
+        Self { store, session_id, pending: Arc::new(Mutex::new(Some(Pending { meta, updates: Vec::new() }))) }
+    }
+
+    fn pending(&self) -> MutexGuard<'_, Option<Pending>> {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The session's metadata while it is not on disk yet.
+    pub fn pending_meta(&self) -> Option<SessionMeta> {
+        self.pending().as_ref().map(|pending| pending.meta.clone())
+    }
+
+    /// Appends one record. A message (or a reset) puts a new session on disk first.
     pub fn record(&self, record: &Record) {
+        match record {
+            Record::Message(_) | Record::Reset(_) => self.materialize(),
+            Record::Update(value) => {
+                let mut pending = self.pending();
+                if let Some(pending) = pending.as_mut() {
+                    if pending.updates.len() < MAX_PENDING_UPDATES
+                        && let Ok(line) = serde_json::to_vec(value)
+                    {
+                        pending.updates.push(line);
+                    }
+                    return;
+                }
+            }
+        }
         self.store.append(&self.session_id, record);
     }
 
     /// Appends one `session/update` line exactly as it was sent.
     pub fn record_update_line(&self, line: Vec<u8>) {
+        let mut pending = self.pending();
+        if let Some(pending) = pending.as_mut() {
+            if pending.updates.len() < MAX_PENDING_UPDATES {
+                pending.updates.push(line);
+            }
+            return;
+        }
+        drop(pending);
         self.store.append_raw_update(&self.session_id, line);
+    }
+
+    /// Saves the session's metadata (in memory while it is not on disk yet).
+    pub fn save_meta(&self, meta: SessionMeta) {
+        let mut pending = self.pending();
+        match pending.as_mut() {
+            Some(pending) => pending.meta = meta,
+            None => {
+                drop(pending);
+                self.store.save_meta_later(meta);
+            }
+        }
+    }
+
+    /// Puts a session that exists only in memory on disk: its creation and
+    /// the updates kept so far are queued, under the lock, so nothing
+    /// recorded meanwhile can be queued before them.
+    fn materialize(&self) {
+        let mut pending = self.pending();
+        let Some(Pending { meta, updates }) = pending.take() else { return };
+        let created = self.store.create(&meta);
+        for line in updates {
+            self.store.append_raw_update(&self.session_id, line);
+        }
+        drop(pending);
+        // The store was proven writable when it opened; should this still
+        // fail, the log says so (the records that follow are dropped).
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let session_id = Arc::clone(&self.session_id);
+            runtime.spawn(async move {
+                if let Err(err) = created.await {
+                    tracing::warn!(session = %session_id, %err, "the session cannot be saved");
+                }
+            });
+        }
     }
 
     /// The store.

@@ -102,8 +102,9 @@ impl Server {
         lock(&self.sessions).get(&id.0).cloned().ok_or_else(|| session_not_found(id))
     }
 
-    /// `session/new`. The session's directory is queued for creation at once;
-    /// the rest (waiting for it, reading the workspace) runs in a task.
+    /// `session/new`. The session is saved once its first prompt reaches the
+    /// turn loop (a session never prompted leaves nothing on disk); reading
+    /// the workspace runs in a task.
     pub(super) fn new_session(self: &Arc<Self>, id: RequestId, params: Value) {
         let parsed = parse_params::<NewSessionRequest>(with_default_mcp_servers(params))
             .and_then(|request| placement(&request.cwd, &request.additional_directories, &request.mcp_servers));
@@ -124,19 +125,14 @@ impl Server {
             mode: Some(Mode::Ask.id().to_owned()),
             thought_level: choices.thought_level.clone(),
         };
-        let created = self.store.as_ref().map(|store| (Arc::clone(store), store.create(&meta)));
+        // Not on disk until its first prompt reaches the turn loop (see Journal).
+        let journal = match &self.store {
+            Some(store) => Ok(Journal::lazy(Arc::clone(store), meta)),
+            None => Err(self.unsaved_reason.clone()),
+        };
         let server = Arc::clone(self);
         self.tasks.spawn(async move {
-            let journal = async {
-                match created {
-                    Some((store, created)) => match created.await {
-                        Ok(()) => Ok(Journal::new(store, Arc::clone(&session_id))),
-                        Err(err) => Err(err.to_string()),
-                    },
-                    None => Err(server.unsaved_reason.clone()),
-                }
-            };
-            let (journal, files) = tokio::join!(journal, server.read_workspace(&placement));
+            let files = server.read_workspace(&placement).await;
             let start =
                 Start { messages: Vec::new(), choices, mode: Mode::Ask, journal: journal.as_ref().ok().cloned() };
             let session = server.open_session(Arc::clone(&session_id), placement, start, &files.instructions);
@@ -206,6 +202,9 @@ impl Server {
         replaced: Option<Arc<Session>>,
         replay: Replay,
     ) -> Result<(Arc<Session>, Vec<SlashCommand>), RpcError> {
+        // A session created in this process and not prompted yet is not on
+        // disk: it is reopened from what its journal holds.
+        let unsaved = replaced.as_ref().and_then(|old| old.journal()).filter(|j| j.pending_meta().is_some()).cloned();
         if let Some(old) = replaced
             && tokio::time::timeout(WIND_DOWN, old.idle()).await.is_err()
         {
@@ -230,10 +229,14 @@ impl Server {
         let (stored, files) = reading
             .await
             .map_err(|err| RpcError::new(super::INTERNAL_ERROR, format!("Cannot load session {session_id}: {err}")))?;
-        let (mut meta, transcript, replayed) = stored.map_err(|err| match err {
-            StoreError::NotFound(_) => session_not_found(session_id),
-            other => RpcError::new(super::INTERNAL_ERROR, format!("Cannot load session {session_id}: {other}")),
-        })?;
+        let unsaved_meta = unsaved.as_ref().and_then(Journal::pending_meta);
+        let (mut meta, transcript, replayed) = match (stored, unsaved_meta) {
+            (Err(StoreError::NotFound(_)), Some(meta)) => (meta, Vec::new(), Vec::new()),
+            (stored, _) => stored.map_err(|err| match err {
+                StoreError::NotFound(_) => session_not_found(session_id),
+                other => RpcError::new(super::INTERNAL_ERROR, format!("Cannot load session {session_id}: {other}")),
+            })?,
+        };
         let mut placement = placement;
         placement.created_at.clone_from(&meta.created_at);
         let model_key = meta
@@ -248,8 +251,11 @@ impl Server {
         let mode = meta.mode.as_deref().and_then(Mode::from_id).unwrap_or(Mode::Ask);
         meta.cwd = placement.cwd.clone();
         meta.additional_directories = placement.additional_directories.clone();
-        store.save_meta_later(meta.clone());
-        let journal = Journal::new(Arc::clone(store), Arc::clone(&session_id.0));
+        let journal = match unsaved.filter(|journal| journal.pending_meta().is_some()) {
+            Some(journal) => journal,
+            None => Journal::new(Arc::clone(store), Arc::clone(&session_id.0)),
+        };
+        journal.save_meta(meta.clone());
         let start = Start { messages: transcript, choices, mode, journal: Some(journal) };
         let session = self.open_session(Arc::clone(&session_id.0), placement, start, &files.instructions);
         session.set_title(meta.title);
@@ -341,10 +347,7 @@ impl Server {
 
     /// Writes the session's current state to its metadata.
     pub(super) fn save_meta(&self, session: &Session) {
-        let Some(store) = &self.store else { return };
-        if session.journal().is_none() {
-            return;
-        }
+        let Some(journal) = session.journal() else { return };
         let choices = session.choices();
         let created_at = session.setup().created_at.clone();
         let meta = SessionMeta {
@@ -358,7 +361,7 @@ impl Server {
             mode: Some(session.mode().id().to_owned()),
             thought_level: choices.thought_level,
         };
-        store.save_meta_later(meta);
+        journal.save_meta(meta);
     }
 
     /// `session/list`: every saved session's metadata is read in a task,
@@ -372,13 +375,22 @@ impl Server {
             return self.outbox.respond_ok(&id, &ListSessionsResponse::new(Vec::new()));
         };
         let written = store.written();
+        // Sessions open here and not prompted yet are listed too (they are
+        // not on disk, and leave nothing there if they never are prompted).
+        let unsaved: Vec<SessionMeta> =
+            lock(&self.sessions).values().filter_map(|session| session.journal()?.pending_meta()).collect();
         let outbox = self.outbox.clone();
         self.tasks.spawn(async move {
             written.wait().await;
-            let sessions = tokio::task::spawn_blocking(move || store.list()).await.unwrap_or_else(|err| {
+            let mut sessions = tokio::task::spawn_blocking(move || store.list()).await.unwrap_or_else(|err| {
                 tracing::warn!(%err, "listing the saved sessions failed");
                 Vec::new()
             });
+            for meta in unsaved {
+                if !sessions.iter().any(|saved| saved.session_id == meta.session_id) {
+                    sessions.push(meta);
+                }
+            }
             outbox.respond(&id, list_page(&request, sessions));
         });
     }

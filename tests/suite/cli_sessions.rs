@@ -127,3 +127,53 @@ async fn the_binary_lists_and_shows() {
     assert_eq!(missing.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no stored session sess_nope"));
 }
+
+/// A session whose prompt never reached the turn loop is not kept: closed,
+/// or left when lathe exits, it leaves no folder. Until then it is a
+/// session like any other in this process: listed, and loadable right
+/// after `session/new`. A prompted one is kept.
+#[tokio::test]
+async fn a_session_never_prompted_leaves_nothing() {
+    let mut h = Harness::start().await;
+    let sessions_dir = data_dir(&h).join("sessions");
+    let closed = h.session().await;
+    let id = h.agent.request("session/new", serde_json::json!({"cwd": h.project, "mcpServers": []})).await;
+    let left = h.agent.response(id).await.1["result"]["sessionId"].as_str().unwrap().to_owned();
+    let kept = prompted_session_in(&mut h, "Keep me", "Kept.").await;
+
+    let id = h.agent.request("session/close", serde_json::json!({"sessionId": closed})).await;
+    assert_eq!(h.agent.response(id).await.1["result"], serde_json::json!({}));
+    assert!(!sessions_dir.join(&closed).exists(), "closed without a prompt: nothing on disk");
+
+    // Still open: listed, and loadable in this process (ACP's new then load).
+    let id = h.agent.request("session/list", serde_json::json!({})).await;
+    let (_, listed) = h.agent.response(id).await;
+    let listed: Vec<&str> =
+        listed["result"]["sessions"].as_array().unwrap().iter().map(|s| s["sessionId"].as_str().unwrap()).collect();
+    assert!(listed.contains(&left.as_str()) && listed.contains(&kept.as_str()), "{listed:?}");
+    assert!(!listed.contains(&closed.as_str()), "{listed:?}");
+    let params = serde_json::json!({"sessionId": left, "cwd": h.project, "mcpServers": []});
+    let id = h.agent.request("session/load", params).await;
+    let (_, loaded) = h.agent.response(id).await;
+    assert!(loaded.get("result").is_some(), "{loaded}");
+    assert!(!sessions_dir.join(&left).exists());
+
+    stop(&mut h).await;
+    assert!(!sessions_dir.join(&left).exists(), "left when lathe exited without a prompt: nothing on disk");
+    assert!(sessions_dir.join(&kept).join("meta.json").exists(), "a prompted session is kept");
+    let (_, listed, _) = sessions(SessionsCommand::List { cwd: None, json: false }, &data_dir(&h)).await;
+    assert_eq!(listed.lines().count(), 1, "{listed}");
+    assert!(listed.starts_with(&kept));
+}
+
+/// [`prompted_session`] on an agent already initialized.
+async fn prompted_session_in(h: &mut Harness, said: &str, answer: &str) -> String {
+    let id = h.agent.request("session/new", serde_json::json!({"cwd": h.project, "mcpServers": []})).await;
+    let (_, response) = h.agent.response(id).await;
+    let session = response["result"]["sessionId"].as_str().unwrap().to_owned();
+    h.mock.push(text_reply(answer));
+    let id = prompt(&mut h.agent, &session, said).await;
+    let (_, response) = h.agent.response(id).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    session
+}
