@@ -419,7 +419,7 @@ fn check_data_dir(report: &mut Report, data_dir: Option<&std::path::Path>) {
         report.add("data dir", None, Status::Warn, "none (set --data-dir or LATHE_DATA_DIR): sessions are not saved");
         return;
     };
-    match crate::store::Store::open(dir, Box::new(|_| {})) {
+    match crate::store::Store::open(dir, crate::store::Retention::default(), Box::new(|_| {})) {
         Ok(_) => report.add(
             "data dir",
             None,

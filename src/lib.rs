@@ -37,6 +37,7 @@
 
 pub mod acp;
 pub mod agent;
+pub mod cancel;
 pub mod child;
 pub mod cli;
 pub mod commands;

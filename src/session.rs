@@ -50,7 +50,16 @@ pub struct Journal {
 struct Pending {
     meta: SessionMeta,
     /// Updates sent before the first message, to be written first.
-    updates: Vec<Vec<u8>>,
+    updates: Vec<Early>,
+}
+
+/// A record of a session not on disk yet.
+#[derive(Debug)]
+enum Early {
+    /// An update line as sent.
+    Line(Vec<u8>),
+    /// Streamed text (the prompt's own chunks come before its message).
+    Chunk(crate::store::Chunk),
 }
 
 /// Most updates kept for a session not on disk yet (the slash commands, a
@@ -84,17 +93,16 @@ impl Journal {
     pub fn record(&self, record: &Record) {
         match record {
             Record::Message(_) | Record::Reset(_) => self.materialize(),
-            Record::Update(value) => {
+            Record::Update(line) => {
                 let mut pending = self.pending();
                 if let Some(pending) = pending.as_mut() {
-                    if pending.updates.len() < MAX_PENDING_UPDATES
-                        && let Ok(line) = serde_json::to_vec(value)
-                    {
-                        pending.updates.push(line);
+                    if pending.updates.len() < MAX_PENDING_UPDATES {
+                        pending.updates.push(Early::Line(line.clone().into_bytes()));
                     }
                     return;
                 }
             }
+            Record::Chunk(chunk) => return self.record_chunk(chunk.clone()),
         }
         self.store.append(&self.session_id, record);
     }
@@ -104,12 +112,25 @@ impl Journal {
         let mut pending = self.pending();
         if let Some(pending) = pending.as_mut() {
             if pending.updates.len() < MAX_PENDING_UPDATES {
-                pending.updates.push(line);
+                pending.updates.push(Early::Line(line));
             }
             return;
         }
         drop(pending);
         self.store.append_raw_update(&self.session_id, line);
+    }
+
+    /// Appends streamed text, merged with the chunks of its message.
+    pub fn record_chunk(&self, chunk: crate::store::Chunk) {
+        let mut pending = self.pending();
+        if let Some(pending) = pending.as_mut() {
+            if pending.updates.len() < MAX_PENDING_UPDATES {
+                pending.updates.push(Early::Chunk(chunk));
+            }
+            return;
+        }
+        drop(pending);
+        self.store.append_chunk(&self.session_id, chunk);
     }
 
     /// Saves the session's metadata (in memory while it is not on disk yet).
@@ -131,8 +152,11 @@ impl Journal {
         let mut pending = self.pending();
         let Some(Pending { meta, updates }) = pending.take() else { return };
         let created = self.store.create(&meta);
-        for line in updates {
-            self.store.append_raw_update(&self.session_id, line);
+        for early in updates {
+            match early {
+                Early::Line(line) => self.store.append_raw_update(&self.session_id, line),
+                Early::Chunk(chunk) => self.store.append_chunk(&self.session_id, chunk),
+            }
         }
         drop(pending);
         // The store was proven writable when it opened; should this still

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use crate::model::{Message, UserPart};
-use crate::store::{Record, SessionMeta, Store, StoreError, StoredSession};
+use crate::store::{Record, Retention, SessionSummary, Store, StoreError, StoredSession};
 
 /// `lathe sessions` subcommands.
 #[derive(Debug, clap::Subcommand)]
@@ -83,8 +83,8 @@ pub async fn run(
     let exists = data_dir.join("sessions").is_dir();
     match command {
         SessionsCommand::List { cwd, json } => {
-            let sessions = if exists { sorted(open(data_dir)?.list()) } else { Vec::new() };
-            list(&sessions, cwd.as_deref(), json, out)
+            let sessions = if exists { all(&open(data_dir)?, cwd.as_deref()) } else { Vec::new() };
+            list(&sessions, json, out)
         }
         SessionsCommand::Show { id } => {
             if !exists {
@@ -125,7 +125,7 @@ pub async fn run(
             let store = open(data_dir)?;
             let cutoff = SystemTime::now().checked_sub(older_than).unwrap_or(SystemTime::UNIX_EPOCH);
             let mut removed = 0;
-            for meta in sorted(store.list()) {
+            for meta in all(&store, None) {
                 let last_used = humantime::parse_rfc3339_weak(&meta.updated_at).ok();
                 // A session whose time cannot be read is left alone.
                 if last_used.is_none_or(|when| when >= cutoff) {
@@ -145,17 +145,22 @@ pub async fn run(
     }
 }
 
+/// The store, opened without its retention rule: listing or showing
+/// sessions never deletes any.
 fn open(data_dir: &Path) -> Result<Store, StoreError> {
     Store::open(
         data_dir,
-        Box::new(|failure| tracing::warn!(session = %failure.session_id, error = %failure.error, "not saved")),
+        Retention::default(),
+        Box::new(
+            |failure: crate::store::SaveFailure| tracing::warn!(session = %failure.session_id, error = %failure.error, "not saved"),
+        ),
     )
 }
 
-/// Most recently used first.
-fn sorted(mut sessions: Vec<SessionMeta>) -> Vec<SessionMeta> {
-    sessions.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then_with(|| a.session_id.cmp(&b.session_id)));
-    sessions
+/// Every saved session (in `cwd`, when given), most recently used first.
+fn all(store: &Store, cwd: Option<&Path>) -> Vec<SessionSummary> {
+    let cwd = cwd.map(|dir| dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf()));
+    store.list(cwd.as_deref(), None, usize::MAX).sessions
 }
 
 /// The one session `given` names: its exact id, else the only id it begins.
@@ -166,7 +171,7 @@ fn resolve(store: &Store, given: &str) -> Result<String, SessionsError> {
         Err(other) => return Err(other.into()),
     }
     let mut matches: Vec<String> =
-        store.list().into_iter().map(|meta| meta.session_id).filter(|id| id.starts_with(given)).collect();
+        all(store, None).into_iter().map(|meta| meta.session_id).filter(|id| id.starts_with(given)).collect();
     match matches.len() {
         0 => Err(StoreError::NotFound(given.to_owned()).into()),
         1 => Ok(matches.remove(0)),
@@ -177,24 +182,27 @@ fn resolve(store: &Store, given: &str) -> Result<String, SessionsError> {
     }
 }
 
-fn list(sessions: &[SessionMeta], cwd: Option<&Path>, json: bool, out: &mut dyn Write) -> Result<(), SessionsError> {
-    let wanted = cwd.map(|dir| dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf()));
-    let shown = sessions.iter().filter(|meta| wanted.as_ref().is_none_or(|dir| &meta.cwd == dir));
+fn list(sessions: &[SessionSummary], json: bool, out: &mut dyn Write) -> Result<(), SessionsError> {
     if json {
-        for meta in shown {
-            serde_json::to_writer(&mut *out, meta).map_err(std::io::Error::from)?;
-            writeln!(out)?;
+        for summary in sessions {
+            let line = serde_json::json!({
+                "sessionId": summary.session_id,
+                "cwd": summary.cwd,
+                "additionalDirectories": summary.additional_directories,
+                "title": summary.title,
+                "updatedAt": summary.updated_at,
+            });
+            writeln!(out, "{line}")?;
         }
         return Ok(());
     }
-    let shown: Vec<&SessionMeta> = shown.collect();
-    if shown.is_empty() {
+    if sessions.is_empty() {
         writeln!(out, "no sessions")?;
         return Ok(());
     }
-    for meta in shown {
-        let title = meta.title.as_deref().map(one_line).unwrap_or_else(|| "(untitled)".to_owned());
-        writeln!(out, "{}  {}  {}  {}", meta.session_id, meta.updated_at, meta.cwd.display(), title)?;
+    for summary in sessions {
+        let title = summary.title.as_deref().map(one_line).unwrap_or_else(|| "(untitled)".to_owned());
+        writeln!(out, "{}  {}  {}  {}", summary.session_id, summary.updated_at, summary.cwd.display(), title)?;
     }
     Ok(())
 }
@@ -235,7 +243,7 @@ pub fn markdown(stored: &StoredSession) -> String {
                 }
                 text.push_str("\n---\n");
             }
-            Record::Update(_) => {}
+            Record::Update(_) | Record::Chunk(_) => {}
         }
     }
     text
@@ -302,6 +310,7 @@ fn fenced(body: &str, language: &str) -> String {
 mod tests {
     use super::*;
     use crate::model::ToolCallRequest;
+    use crate::store::SessionMeta;
 
     #[test]
     fn markdown_keeps_everything_in_order_and_fences_safely() {

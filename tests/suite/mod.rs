@@ -14,6 +14,7 @@ mod doctor;
 mod fetch;
 mod file_safety;
 mod hygiene;
+mod journal;
 mod mcp;
 mod mock_server;
 mod official_client;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::support::acp_client::{AgentProcess, agent_text, prompt};
+use crate::support::acp_client::{Agent, agent_text, prompt};
 use crate::support::harness::Harness;
 use crate::support::mock_openai::text_reply;
 
@@ -18,7 +18,7 @@ fn lines(path: &std::path::Path) -> Vec<Value> {
     text.lines().map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"))).collect()
 }
 
-async fn finish(agent: &mut AgentProcess) {
+async fn finish(agent: &mut Agent) {
     agent.close_stdin();
     let status = agent.wait_exit(Duration::from_secs(10)).await.expect("lathe exits when stdin closes");
     assert!(status.success(), "{}", agent.stderr());
@@ -29,11 +29,9 @@ async fn the_trace_holds_both_directions_and_the_model_traffic_without_the_key()
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("trace.jsonl");
     let trace_env = trace.to_string_lossy().into_owned();
-    let mut h = Harness::with_config_and_env(
-        "api_key_env = \"TRACE_TEST_KEY\"\n",
-        &[("TRACE_TEST_KEY", KEY), ("LATHE_TRACE", &trace_env)],
-    )
-    .await;
+    let mut h =
+        Harness::process("api_key_env = \"TRACE_TEST_KEY\"\n", &[("TRACE_TEST_KEY", KEY), ("LATHE_TRACE", &trace_env)])
+            .await;
     let session = h.session().await;
     h.mock.push(text_reply("Traced answer."));
     let id = prompt(&mut h.agent, &session, "Say something traced").await;
