@@ -53,6 +53,7 @@ struct Tracer {
     queue: mpsc::SyncSender<Item>,
     queued_bytes: std::sync::Arc<AtomicUsize>,
     dropped: std::sync::Arc<AtomicU64>,
+    max_bytes: usize,
 }
 
 enum Item {
@@ -116,19 +117,66 @@ impl Payload {
 /// (see [`secrets_of`]) redacted. Once per process; a second call fails.
 pub fn install(path: &Path, secrets: Vec<String>) -> std::io::Result<()> {
     let file = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(path)?;
-    let (queue, items) = mpsc::sync_channel(MAX_QUEUED);
-    let queued_bytes = std::sync::Arc::new(AtomicUsize::new(0));
-    let dropped = std::sync::Arc::new(AtomicU64::new(0));
-    let writer = Writer {
-        file: std::io::BufWriter::with_capacity(64 * 1024, file),
-        redactor: Redactor::new(secrets),
-        queued_bytes: std::sync::Arc::clone(&queued_bytes),
-        dropped: std::sync::Arc::clone(&dropped),
-    };
-    std::thread::Builder::new().name("lathe-trace".to_owned()).spawn(move || writer.run(&items))?;
-    TRACE
-        .set(Tracer { queue, queued_bytes, dropped })
-        .map_err(|_| std::io::Error::other("a trace is already being written"))
+    let tracer = Tracer::start(Box::new(file), secrets, MAX_QUEUED, MAX_QUEUED_BYTES)?;
+    TRACE.set(tracer).map_err(|_| std::io::Error::other("a trace is already being written"))
+}
+
+impl Tracer {
+    /// A tracer writing to `out` on a thread of its own, holding at most
+    /// `capacity` records and `max_bytes` bytes in its queue.
+    fn start(
+        out: Box<dyn std::io::Write + Send>,
+        secrets: Vec<String>,
+        capacity: usize,
+        max_bytes: usize,
+    ) -> std::io::Result<Tracer> {
+        let (queue, items) = mpsc::sync_channel(capacity);
+        let queued_bytes = std::sync::Arc::new(AtomicUsize::new(0));
+        let dropped = std::sync::Arc::new(AtomicU64::new(0));
+        let writer = Writer {
+            file: std::io::BufWriter::with_capacity(64 * 1024, out),
+            redactor: Redactor::new(secrets),
+            queued_bytes: std::sync::Arc::clone(&queued_bytes),
+            dropped: std::sync::Arc::clone(&dropped),
+        };
+        std::thread::Builder::new().name("lathe-trace".to_owned()).spawn(move || writer.run(&items))?;
+        Ok(Tracer { queue, queued_bytes, dropped, max_bytes })
+    }
+
+    /// Queues one record, or drops it (counted) when the queue is full:
+    /// never waits for the file.
+    fn record(&self, direction: Direction, payload: impl FnOnce() -> Payload) {
+        let payload = payload();
+        let size = payload.size();
+        if self.queued_bytes.fetch_add(size, Ordering::Relaxed) + size > self.max_bytes {
+            self.queued_bytes.fetch_sub(size, Ordering::Relaxed);
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let entry = Entry { at: SystemTime::now(), direction, payload };
+        if self.queue.try_send(Item::Record(Box::new(entry))).is_err() {
+            self.queued_bytes.fetch_sub(size, Ordering::Relaxed);
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Waits (at most [`FINISH_WAIT`]) until what was queued is written.
+    fn finish(&self) {
+        let deadline = Instant::now() + FINISH_WAIT;
+        let (done, written) = mpsc::channel();
+        let mut item = Item::Flush(done);
+        loop {
+            match self.queue.try_send(item) {
+                Ok(()) => break,
+                Err(mpsc::TrySendError::Full(back)) if Instant::now() < deadline => {
+                    item = back;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(_) => return,
+            }
+        }
+        let _ = written.recv_timeout(deadline.saturating_duration_since(Instant::now()));
+    }
 }
 
 /// Whether a trace is being written.
@@ -138,36 +186,14 @@ pub fn enabled() -> bool {
 
 /// Waits (at most [`FINISH_WAIT`]) until what was traced so far is in the file.
 pub fn finish() {
-    let Some(tracer) = TRACE.get() else { return };
-    let deadline = Instant::now() + FINISH_WAIT;
-    let (done, written) = mpsc::channel();
-    let mut item = Item::Flush(done);
-    loop {
-        match tracer.queue.try_send(item) {
-            Ok(()) => break,
-            Err(mpsc::TrySendError::Full(back)) if Instant::now() < deadline => {
-                item = back;
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            Err(_) => return,
-        }
+    if let Some(tracer) = TRACE.get() {
+        tracer.finish();
     }
-    let _ = written.recv_timeout(deadline.saturating_duration_since(Instant::now()));
 }
 
 fn record(direction: Direction, payload: impl FnOnce() -> Payload) {
-    let Some(tracer) = TRACE.get() else { return };
-    let payload = payload();
-    let size = payload.size();
-    if tracer.queued_bytes.fetch_add(size, Ordering::Relaxed) + size > MAX_QUEUED_BYTES {
-        tracer.queued_bytes.fetch_sub(size, Ordering::Relaxed);
-        tracer.dropped.fetch_add(1, Ordering::Relaxed);
-        return;
-    }
-    let entry = Entry { at: SystemTime::now(), direction, payload };
-    if tracer.queue.try_send(Item::Record(Box::new(entry))).is_err() {
-        tracer.queued_bytes.fetch_sub(size, Ordering::Relaxed);
-        tracer.dropped.fetch_add(1, Ordering::Relaxed);
+    if let Some(tracer) = TRACE.get() {
+        tracer.record(direction, payload);
     }
 }
 
@@ -377,7 +403,7 @@ fn redact_bearer(text: &str) -> String {
 }
 
 struct Writer {
-    file: std::io::BufWriter<std::fs::File>,
+    file: std::io::BufWriter<Box<dyn std::io::Write + Send>>,
     redactor: Redactor,
     queued_bytes: std::sync::Arc<AtomicUsize>,
     dropped: std::sync::Arc<AtomicU64>,
@@ -495,6 +521,60 @@ mod tests {
             headers,
             json!({"authorization": REDACTED, "x-api-key": REDACTED, "content-type": "application/json"})
         );
+    }
+
+    /// A sink that takes nothing until its gate opens, then keeps what it is given.
+    struct Gated {
+        gate: mpsc::Receiver<()>,
+        open: bool,
+        kept: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    }
+
+    impl std::io::Write for Gated {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            if !self.open {
+                let _ = self.gate.recv();
+                self.open = true;
+            }
+            self.kept.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A file that does not keep up never makes a hook wait and never
+    /// holds more than the queue's bound: the rest is dropped, counted, and
+    /// the count written once the file takes writes again.
+    #[test]
+    fn a_stuck_file_drops_records_instead_of_waiting() {
+        let (open, gate) = mpsc::channel();
+        let kept = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = Gated { gate, open: false, kept: std::sync::Arc::clone(&kept) };
+        let tracer = Tracer::start(Box::new(sink), vec!["sk-secret-key".into()], 4, 1 << 20).unwrap();
+        let line = br#"{"jsonrpc":"2.0","method":"x","params":{"key":"sk-secret-key"}}"#;
+        for _ in 0..1000 {
+            // Returns at once: the writer is stuck in its first write.
+            tracer.record(Direction::FromClient, || Payload::JsonRpc(line.to_vec()));
+        }
+        // The writer's buffer (64 KiB) and the queue (4) hold what was not dropped.
+        assert!(tracer.dropped.load(Ordering::Relaxed) > 0, "the queue is bounded");
+        assert!(tracer.queued_bytes.load(Ordering::Relaxed) <= 4 * line.len());
+        open.send(()).unwrap();
+        tracer.finish();
+        // Room again: the next record is kept, after the count of those dropped.
+        tracer.record(Direction::ToClient, || Payload::JsonRpc(line.to_vec()));
+        tracer.finish();
+        let written = String::from_utf8(kept.lock().unwrap().clone()).unwrap();
+        let records: Vec<Value> = written.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert!(records.iter().any(|r| r["type"] == "dropped" && r["count"].as_u64() > Some(0)), "{written}");
+        assert_eq!(records.last().unwrap()["dir"], "lathe->client");
+        let kept = records.iter().filter(|r| r["type"] == "jsonrpc").count() as u64;
+        let dropped: u64 = records.iter().filter_map(|r| r["count"].as_u64()).sum();
+        assert_eq!(kept + dropped, 1001, "every record is written or counted");
+        assert!(!written.contains("sk-secret-key"));
     }
 
     #[test]
