@@ -259,6 +259,7 @@ fn greet(config: &Config) {
         }
         (_, Some(model)) => eprintln!("model:  {} ({}) at {}", model.key, model.model, model.base_url),
     }
+    eprintln!("check:  `lathe doctor` checks the config, the model endpoint and the data directory");
     eprintln!("lathe is meant to be started by an editor. For Zed, add to settings.json:");
     eprintln!("  \"agent_servers\": {{ \"lathe\": {{ \"type\": \"custom\", \"command\": \"lathe\", \"args\": [] }} }}");
     eprintln!("Now serving ACP on this terminal; type JSON-RPC lines, or press Ctrl-D to quit.");

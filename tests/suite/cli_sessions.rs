@@ -177,3 +177,45 @@ async fn prompted_session_in(h: &mut Harness, said: &str, answer: &str) -> Strin
     assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
     session
 }
+
+/// `lathe completions <shell>` and `lathe man` print what clap_complete and
+/// clap_mangen make of the real command line (every subcommand in it);
+/// `lathe init` writes to `--config` once and refuses the second time.
+#[test]
+fn completions_man_and_init_through_the_binary() {
+    let home = tempfile::tempdir().unwrap();
+    let lathe = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_lathe"))
+            .args(args)
+            .env("HOME", home.path())
+            .env("XDG_CONFIG_HOME", home.path().join(".config"))
+            .env_remove("LATHE_CONFIG")
+            .env_remove("LATHE_TRACE")
+            .output()
+            .unwrap()
+    };
+    for shell in ["bash", "zsh", "fish"] {
+        let script = lathe(&["completions", shell]);
+        assert!(script.status.success(), "{shell}");
+        let script = String::from_utf8(script.stdout).unwrap();
+        for word in ["doctor", "sessions", "prune", "older-than", "preset"] {
+            assert!(script.contains(word), "{shell} completion lacks {word}");
+        }
+    }
+    let man = lathe(&["man"]);
+    let man = String::from_utf8(man.stdout).unwrap();
+    assert!(man.starts_with(".ie") && man.contains(".TH lathe 1") && man.contains("doctor"), "{man:.200}");
+
+    let first = lathe(&["init", "--preset", "vllm"]);
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    let written = home.path().join(".config/lathe/config.toml");
+    assert!(String::from_utf8_lossy(&first.stdout).contains(&written.display().to_string()));
+    assert!(std::fs::read_to_string(&written).unwrap().contains("default_model = \"vllm\""));
+    let again = lathe(&["init", "--preset", "ollama"]);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already exists"));
+    assert!(std::fs::read_to_string(&written).unwrap().contains("default_model = \"vllm\""), "untouched");
+    let unknown = lathe(&["init", "--preset", "nope", "--print"]);
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("openrouter"));
+}
