@@ -174,3 +174,26 @@ async fn the_binary_prints_json_and_exits_1_on_a_failure() {
     assert!(!String::from_utf8_lossy(&output.stdout).contains(KEY));
     assert!(!String::from_utf8_lossy(&output.stderr).contains(KEY));
 }
+
+/// `--model` checks one model; a key that is not configured fails, naming those that are.
+#[tokio::test]
+async fn one_model_is_checked_with_model() {
+    let mock = MockOpenAi::start().await;
+    models_route(&mock);
+    mock.push(text_reply("ready"));
+    mock.push(tool_call_reply(&[("call_1", "report_ready", json!({"ready": true}))]));
+    let data = tempfile::tempdir().unwrap();
+    let toml = format!(
+        "default_model = \"mock\"\n{}[models.dead]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"x\"\n",
+        model_toml(&mock.base_url())
+    );
+    let args = DoctorArgs { json: false, model: Some("mock".into()) };
+    let report = lathe::doctor::run(&args, Ok(config(&toml)), None, Some(data.path().to_path_buf())).await;
+    assert!(report.passed(), "{}", text_of(&report));
+    assert!(report.find("endpoint", Some("model dead")).is_none(), "only --model is checked");
+    let args = DoctorArgs { json: false, model: Some("nope".into()) };
+    let report = lathe::doctor::run(&args, Ok(config(&toml)), None, Some(data.path().to_path_buf())).await;
+    let line = report.find("model", Some("nope")).unwrap();
+    assert_eq!(line.status, Status::Fail);
+    assert!(line.detail.contains("dead, mock"), "{}", line.detail);
+}
