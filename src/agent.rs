@@ -21,7 +21,7 @@
 
 use std::ops::Deref;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use tokio_util::sync::CancellationToken;
 
@@ -35,6 +35,7 @@ use crate::model::{
 use crate::permission::{Answer, Approver, PermissionQuestion, Policy, Verdict};
 use crate::prompt::SystemPrompt;
 use crate::session::{Conversation, UsageMark};
+use crate::sync::lock;
 use crate::tools::fetch::HostTrust;
 use crate::tools::{
     self, Access, CANCELLED_RESULT, Description, DisplayContent, ExternalCall, ExternalTools, Host, Location,
@@ -268,7 +269,10 @@ impl Turn<'_> {
                 match self.compact(conversation, Some(turn_start)).await {
                     Compaction::Done { turn_start: moved } => turn_start = moved,
                     Compaction::NothingToDo | Compaction::Failed(_) => {}
-                    Compaction::Cancelled => return Ok(StopReason::Cancelled),
+                    Compaction::Cancelled => {
+                        keep_interrupted(conversation, None);
+                        return Ok(StopReason::Cancelled);
+                    }
                 }
             }
             let output = match self.sample(conversation).await {
@@ -716,10 +720,6 @@ enum Flow {
     Cancelled,
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 /// The title shown while the model is still writing a call's arguments.
 fn pending_title(tool: Tool) -> &'static str {
     match tool {
@@ -1141,6 +1141,9 @@ fn keep_interrupted(conversation: &mut Conversation, partial: Option<StreamDecod
     };
     conversation.push(message);
 }
+
+#[cfg(test)]
+mod tests;
 
 #[cfg(test)]
 mod cancelled_write_tests {

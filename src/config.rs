@@ -649,11 +649,21 @@ pub fn locate(cli_path: Option<&Path>, env: &dyn Fn(&str) -> Option<String>) -> 
     if let Some(path) = env(CONFIG_ENV).filter(|p| !p.is_empty()) {
         return Some((PathBuf::from(path), true));
     }
-    let config_home = env("XDG_CONFIG_HOME")
+    Some((user_dir(env)?.join("config.toml"), false))
+}
+
+/// An XDG base directory: `$<variable>`, else `$HOME/<fallback>`; `None`
+/// when neither is set (empty counts as unset).
+pub fn xdg_home(env: &dyn Fn(&str) -> Option<String>, variable: &str, fallback: &str) -> Option<PathBuf> {
+    env(variable)
         .filter(|p| !p.is_empty())
         .map(PathBuf::from)
-        .or_else(|| env("HOME").filter(|h| !h.is_empty()).map(|h| Path::new(&h).join(".config")))?;
-    Some((config_home.join("lathe").join("config.toml"), false))
+        .or_else(|| env("HOME").filter(|h| !h.is_empty()).map(|h| Path::new(&h).join(fallback)))
+}
+
+/// Whether `name` can be sent as an HTTP header name (RFC 9110's token).
+fn valid_header_name(name: &str) -> bool {
+    http::HeaderName::from_bytes(name.as_bytes()).is_ok()
 }
 
 impl Config {
@@ -774,7 +784,7 @@ impl Config {
                 return Err(invalid(&at("temperature"), format!("{t} is outside 0.0..=2.0")));
             }
             for name in m.headers.keys() {
-                if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+                if !valid_header_name(name) {
                     return Err(invalid(&at("headers"), format!("\"{name}\" is not a valid header name")));
                 }
             }
@@ -1095,7 +1105,7 @@ fn mcp_server(
             }
             let mut headers: Vec<(String, String)> = raw.headers.unwrap_or_default().into_iter().collect();
             for (header, _) in &headers {
-                if header.is_empty() || !header.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+                if !valid_header_name(header) {
                     return Err((at("headers"), format!("\"{header}\" is not a valid header name")));
                 }
             }
@@ -1118,11 +1128,7 @@ fn mcp_server(
 
 /// lathe's own config directory: `$XDG_CONFIG_HOME/lathe`, else `~/.config/lathe`.
 fn user_dir(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
-    let config_home = env("XDG_CONFIG_HOME")
-        .filter(|p| !p.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| env("HOME").filter(|h| !h.is_empty()).map(|h| Path::new(&h).join(".config")))?;
-    Some(config_home.join("lathe"))
+    Some(xdg_home(env, "XDG_CONFIG_HOME", ".config")?.join("lathe"))
 }
 
 fn parse_toml(text: &str, path: &Path) -> Result<ConfigToml, ConfigError> {
@@ -1221,6 +1227,30 @@ max_output_tokens = 8192
         }
         assert_eq!(PromptProfile::for_window(16_384), PromptProfile::Lean);
         assert_eq!(PromptProfile::for_window(16_385), PromptProfile::Standard);
+    }
+
+    /// One header-name rule (an HTTP token, checked by `http`) for model
+    /// and MCP headers alike.
+    #[test]
+    fn header_names_are_http_tokens() {
+        let model = |name: &str| {
+            parse(&format!(
+                "[models.m]\nbase_url = \"http://x/v1\"\nmodel = \"a\"\nheaders = {{ \"{name}\" = \"v\" }}\n"
+            ))
+        };
+        let mcp = |name: &str| {
+            parse(&format!(
+                "[models.m]\nbase_url = \"http://x/v1\"\nmodel = \"a\"\n[mcp_servers.s]\nurl = \"http://x/mcp\"\nheaders = {{ \"{name}\" = \"v\" }}\n"
+            ))
+        };
+        for good in ["X-Team", "x_team", "X.Trace!"] {
+            assert!(model(good).is_ok(), "{good}");
+            assert!(mcp(good).is_ok(), "{good}");
+        }
+        for bad in ["", "X Team", "X:Team", "Tëam"] {
+            assert!(model(bad).unwrap_err().to_string().contains("is not a valid header name"), "{bad:?}");
+            assert!(mcp(bad).unwrap_err().to_string().contains("is not a valid header name"), "{bad:?}");
+        }
     }
 
     #[test]

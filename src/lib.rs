@@ -43,7 +43,9 @@ pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod doctor;
+pub mod errors;
 pub mod fs_guard;
+pub mod http;
 pub mod mcp;
 pub mod model;
 pub mod permission;
@@ -52,7 +54,11 @@ pub mod rpc;
 pub mod sandbox;
 pub mod session;
 pub mod store;
+pub mod sync;
 pub mod tools;
 pub mod trace;
+
+#[cfg(test)]
+mod test_support;
 
 pub use acp::{serve, serve_stdio};

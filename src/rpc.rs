@@ -12,13 +12,16 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
+use agent_client_protocol_schema::v1::CancelRequestNotification;
 use serde::Serialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
+
+use crate::sync::lock;
 
 /// Parse error: the line is not JSON (or not UTF-8).
 pub const PARSE_ERROR: i32 = -32700;
@@ -309,7 +312,7 @@ impl Outbox {
     }
 
     fn pending(&self) -> std::sync::MutexGuard<'_, PendingCalls> {
-        self.inner.pending.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.inner.pending)
     }
 
     /// Routes a response from the peer to the call waiting for it.
@@ -378,7 +381,7 @@ impl PendingCall {
 impl Drop for PendingCall {
     fn drop(&mut self) {
         if self.answer.is_some() && self.outbox.pending().remove(&self.id).is_some() {
-            self.outbox.notify(CANCEL_REQUEST_METHOD, &serde_json::json!({ "requestId": self.id }));
+            self.outbox.notify(CANCEL_REQUEST_METHOD, &CancelRequestNotification::new(self.id));
         }
     }
 }

@@ -19,14 +19,16 @@
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::OwnedMutexGuard;
 use tokio_util::sync::CancellationToken;
 
+use crate::cancel::OrCancel as _;
 use crate::model::Message;
 use crate::permission::{Mode, Policy};
 use crate::store::{Record, SessionMeta, Store};
+use crate::sync::lock;
 
 /// Where a session's records go on disk.
 ///
@@ -81,7 +83,7 @@ impl Journal {
     }
 
     fn pending(&self) -> MutexGuard<'_, Option<Pending>> {
-        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.pending)
     }
 
     /// The session's metadata while it is not on disk yet.
@@ -331,10 +333,6 @@ struct QueueState {
     abandoned: std::collections::BTreeSet<u64>,
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 impl Session {
     /// A session whose token is a child of `parent`.
     pub fn new(
@@ -527,19 +525,15 @@ impl QueuedTurn {
             if self.session.is_serving(self.number) {
                 break;
             }
-            tokio::select! {
-                biased;
-                // A cancelled turn leaves the queue when this value drops.
-                () = self.token.cancelled() => return None,
-                () = moved => {}
+            // A cancelled turn leaves the queue when this value drops.
+            if moved.or_cancel(&self.token).await.is_err() {
+                return None;
             }
         }
         // The previous turn releases the conversation a moment after it lets
         // us go. A cancel while we wait for it still means "never started".
-        let conversation = tokio::select! {
-            biased;
-            () = self.token.cancelled() => return None,
-            conversation = Arc::clone(&self.session.conversation).lock_owned() => conversation,
+        let Ok(conversation) = Arc::clone(&self.session.conversation).lock_owned().or_cancel(&self.token).await else {
+            return None;
         };
         self.handed_over = true;
         Some(TurnGuard {

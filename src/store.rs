@@ -261,11 +261,7 @@ pub fn default_data_dir(cli: Option<&Path>, env: &dyn Fn(&str) -> Option<String>
     if let Some(path) = env("LATHE_DATA_DIR").filter(|p| !p.is_empty()) {
         return Some(PathBuf::from(path));
     }
-    let data_home = env("XDG_DATA_HOME")
-        .filter(|p| !p.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| env("HOME").filter(|h| !h.is_empty()).map(|h| Path::new(&h).join(".local").join("share")))?;
-    Some(data_home.join("lathe"))
+    Some(crate::config::xdg_home(env, "XDG_DATA_HOME", ".local/share")?.join("lathe"))
 }
 
 /// Now, as RFC 3339 with second precision.
@@ -1026,6 +1022,7 @@ mod tests {
 
     use super::*;
     use crate::model::UserPart;
+    use crate::test_support::clock::poll_until;
 
     fn meta(id: &str) -> SessionMeta {
         SessionMeta {
@@ -1419,14 +1416,14 @@ mod tests {
         let store = Store::open(dir.path(), Retention::default(), ignore()).unwrap();
         store.create(&meta("sess_l")).await.unwrap();
         store.append("sess_l", &chunk(ChunkKind::Agent, Some("msg_1"), "first "));
-        // Nothing asks for it: the writer writes it once it has been held long enough.
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !std::fs::read_to_string(dir.path().join("sessions/sess_l").join(LOG_FILE))
-            .is_ok_and(|text| text.contains("first"))
-        {
-            assert!(Instant::now() < deadline, "a held chunk was never written");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        // Nothing asks for it: the writer (a thread of its own, on real
+        // time) writes it once it has been held long enough; the file is the
+        // only sign.
+        let log = dir.path().join("sessions/sess_l").join(LOG_FILE);
+        poll_until("a held chunk is written", Duration::from_secs(20), || {
+            std::fs::read_to_string(&log).is_ok_and(|text| text.contains("first"))
+        })
+        .await;
         store.append("sess_l", &chunk(ChunkKind::Agent, Some("msg_1"), "second"));
         store.append("sess_l", &Record::Message(answer("first second", "")));
         store.written().wait().await;
@@ -1515,12 +1512,8 @@ mod tests {
             }
             store.written().wait().await;
         }
-        // The writer saves the index when the store goes away.
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !index_file.exists() {
-            assert!(Instant::now() < deadline, "the index was never saved");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        // The writer thread saves the index when the store goes away; the file is the only sign.
+        poll_until("the index is saved", Duration::from_secs(20), || index_file.exists()).await;
         let saved = std::fs::read(&index_file).unwrap();
         // Stale: behind the index's back, a title changes, a folder goes, one appears.
         let sessions = dir.path().join("sessions");

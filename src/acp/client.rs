@@ -8,13 +8,15 @@
 use std::path::Path;
 
 use agent_client_protocol_schema::v1::{
-    ClientCapabilities, CreateTerminalRequest, CreateTerminalResponse, PermissionOption, PermissionOptionKind,
-    ReadTextFileRequest, ReadTextFileResponse, RequestPermissionOutcome, RequestPermissionRequest,
-    RequestPermissionResponse, SessionId, TerminalOutputResponse, ToolCallUpdate, WriteTextFileRequest,
+    ClientCapabilities, CreateTerminalRequest, CreateTerminalResponse, KillTerminalRequest, KillTerminalResponse,
+    PermissionOption, PermissionOptionKind, ReadTextFileRequest, ReadTextFileResponse, ReleaseTerminalRequest,
+    ReleaseTerminalResponse, RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse, SessionId,
+    TerminalExitStatus, TerminalOutputRequest, TerminalOutputResponse, ToolCallUpdate, WaitForTerminalExitRequest,
+    WaitForTerminalExitResponse, WriteTextFileRequest, WriteTextFileResponse,
 };
 use futures_util::future::BoxFuture;
-use serde_json::{Value, json};
 
+use super::RESOURCE_NOT_FOUND;
 use super::updates::{self, Lines};
 use crate::agent::ToolCallChange;
 use crate::fs_guard::{GuardError, Target};
@@ -24,9 +26,6 @@ use crate::tools::local::{Action, LocalHost, guard_error};
 use crate::tools::{
     DisplayContent, Host, HostError, Launcher, TerminalCommand, TerminalExit, TerminalOutput, Terminals,
 };
-
-/// ACP's "resource not found" code.
-const RESOURCE_NOT_FOUND: i32 = -32002;
 
 /// Files and terminals for one session: through the editor where it offers
 /// them, locally otherwise.
@@ -53,10 +52,6 @@ impl ClientHost {
             local: LocalHost,
             launcher,
         }
-    }
-
-    fn session_params(&self, terminal_id: &str) -> Value {
-        json!({ "sessionId": self.session_id, "terminalId": terminal_id })
     }
 }
 
@@ -117,7 +112,7 @@ impl Host for ClientHost {
             guarded(target, Action::Write, Target::prepare_in_place).await?;
             let path = target.real.as_path();
             let request = WriteTextFileRequest::new(self.session_id.clone(), path, content);
-            let _: Value = self
+            let _: WriteTextFileResponse = self
                 .outbox
                 .call("fs/write_text_file", &request)
                 .await
@@ -147,11 +142,8 @@ impl Host for ClientHost {
     }
 }
 
-fn exit_from(value: &Value) -> TerminalExit {
-    TerminalExit {
-        exit_code: value.get("exitCode").and_then(Value::as_u64).and_then(|c| u32::try_from(c).ok()),
-        signal: value.get("signal").and_then(Value::as_str).map(str::to_owned),
-    }
+fn exit_from(status: TerminalExitStatus) -> TerminalExit {
+    TerminalExit { exit_code: status.exit_code, signal: status.signal }
 }
 
 impl Terminals for ClientHost {
@@ -172,38 +164,38 @@ impl Terminals for ClientHost {
 
     fn wait_for_exit<'a>(&'a self, terminal_id: &'a str) -> BoxFuture<'a, Result<TerminalExit, HostError>> {
         Box::pin(async move {
-            let response: Value = self
+            let request = WaitForTerminalExitRequest::new(self.session_id.clone(), terminal_id.to_owned());
+            let response: WaitForTerminalExitResponse = self
                 .outbox
-                .call("terminal/wait_for_exit", &self.session_params(terminal_id))
+                .call("terminal/wait_for_exit", &request)
                 .await
                 .map_err(|err| editor_error("wait for the terminal", None, err))?;
-            // The exit status is inlined in the response; accept a nested one too.
-            Ok(exit_from(response.get("exitStatus").unwrap_or(&response)))
+            Ok(exit_from(response.exit_status))
         })
     }
 
     fn output<'a>(&'a self, terminal_id: &'a str) -> BoxFuture<'a, Result<TerminalOutput, HostError>> {
         Box::pin(async move {
+            let request = TerminalOutputRequest::new(self.session_id.clone(), terminal_id.to_owned());
             let response: TerminalOutputResponse = self
                 .outbox
-                .call("terminal/output", &self.session_params(terminal_id))
+                .call("terminal/output", &request)
                 .await
                 .map_err(|err| editor_error("read the terminal output", None, err))?;
             Ok(TerminalOutput {
                 output: response.output,
                 truncated: response.truncated,
-                exit: response
-                    .exit_status
-                    .map(|status| TerminalExit { exit_code: status.exit_code, signal: status.signal }),
+                exit: response.exit_status.map(exit_from),
             })
         })
     }
 
     fn kill<'a>(&'a self, terminal_id: &'a str) -> BoxFuture<'a, Result<(), HostError>> {
         Box::pin(async move {
-            let _: Value = self
+            let request = KillTerminalRequest::new(self.session_id.clone(), terminal_id.to_owned());
+            let _: KillTerminalResponse = self
                 .outbox
-                .call("terminal/kill", &self.session_params(terminal_id))
+                .call("terminal/kill", &request)
                 .await
                 .map_err(|err| editor_error("kill the terminal command", None, err))?;
             Ok(())
@@ -212,9 +204,10 @@ impl Terminals for ClientHost {
 
     fn release<'a>(&'a self, terminal_id: &'a str) -> BoxFuture<'a, Result<(), HostError>> {
         Box::pin(async move {
-            let _: Value = self
+            let request = ReleaseTerminalRequest::new(self.session_id.clone(), terminal_id.to_owned());
+            let _: ReleaseTerminalResponse = self
                 .outbox
-                .call("terminal/release", &self.session_params(terminal_id))
+                .call("terminal/release", &request)
                 .await
                 .map_err(|err| editor_error("release the terminal", None, err))?;
             Ok(())
@@ -224,10 +217,11 @@ impl Terminals for ClientHost {
     fn abandon(&self, terminal_id: &str) {
         // `terminal/release` also kills a running command. The request is
         // queued now, before the turn's answer; its reply is awaited on the side.
-        let release = self.outbox.request("terminal/release", &self.session_params(terminal_id));
+        let request = ReleaseTerminalRequest::new(self.session_id.clone(), terminal_id.to_owned());
+        let release = self.outbox.request("terminal/release", &request);
         let terminal_id = terminal_id.to_owned();
         tokio::spawn(async move {
-            if let Err(err) = release.result::<Value>().await {
+            if let Err(err) = release.result::<ReleaseTerminalResponse>().await {
                 tracing::warn!(%terminal_id, %err, "releasing an abandoned terminal failed");
             }
         });

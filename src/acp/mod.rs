@@ -51,7 +51,7 @@ mod warnings;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use agent_client_protocol_schema::ProtocolVersion;
@@ -76,9 +76,11 @@ use crate::rpc::{
 };
 use crate::session::Session;
 use crate::store::{FailureSink, Store};
+use crate::sync::lock;
 use warnings::Warnings;
 
-/// ACP's "resource not found" code, used for unknown sessions.
+/// ACP's "resource not found" code (`ErrorCode::ResourceNotFound`): an
+/// unknown session from the editor, a missing file from the editor's `fs/*`.
 const RESOURCE_NOT_FOUND: i32 = -32002;
 
 /// How long shutdown waits for running turns to answer before giving up on them.
@@ -255,10 +257,6 @@ struct Server {
     /// Parent of every session's token: cancelled at shutdown.
     root: CancellationToken,
     tasks: TaskTracker,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Server {

@@ -34,6 +34,7 @@ use super::sse;
 use super::stdio::ChildProcess;
 use crate::child::Launcher;
 use crate::config::{McpServer, McpTransport};
+use crate::errors::chain;
 
 /// How long a failed local server gets to report how it ended.
 const EXIT_REPORT_WAIT: Duration = Duration::from_millis(300);
@@ -280,29 +281,13 @@ fn describe_start_error(error: &ClientInitializeError) -> String {
         ClientInitializeError::TransportError { error, .. } => {
             // rmcp's HTTP error does not expose its cause (connection refused, DNS, TLS); reqwest's does.
             match error.error.downcast_ref::<StreamableHttpError<reqwest::Error>>() {
-                Some(StreamableHttpError::Client(http)) => format!("the MCP handshake failed: {}", error_chain(http)),
-                _ => format!("the MCP handshake failed: {}", error_chain(error.error.as_ref())),
+                Some(StreamableHttpError::Client(http)) => format!("the MCP handshake failed: {}", chain(http)),
+                _ => format!("the MCP handshake failed: {}", chain(error.error.as_ref())),
             }
         }
         ClientInitializeError::JsonRpcError(error) => format!("it refused the MCP handshake: {}", error.message),
         other => format!("the MCP handshake failed: {other}"),
     }
-}
-
-/// An error with its causes, on one line.
-pub(super) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        // Some errors repeat their cause in their own message.
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 /// A duration in seconds, for people.

@@ -41,7 +41,7 @@ mod stdio;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
@@ -55,6 +55,7 @@ use crate::cancel::{Cancelled, OrCancel as _};
 use crate::child::Launcher;
 use crate::config::{McpServer, McpSettings, McpTransport};
 use crate::model::ToolDefinition;
+use crate::sync::lock;
 use crate::tools::{Access, Description, ExternalCall, ExternalTools, ToolContext, ToolKind, ToolOutcome};
 use catalog::Catalog;
 use connection::{Connection, Signals, seconds};
@@ -179,10 +180,6 @@ impl std::fmt::Debug for McpHub {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 impl McpHub {
     /// Starts connecting to `servers` in the background and returns at once.
     /// Local servers run in `cwd`, started by `launcher`. `builtins` are
@@ -198,7 +195,7 @@ impl McpHub {
         let remote =
             servers.iter().any(|s| matches!(s.transport, McpTransport::Http { .. } | McpTransport::Sse { .. }));
         let http = if remote {
-            reqwest::Client::builder()
+            crate::http::client_builder()
                 .connect_timeout(settings.startup_timeout)
                 .build()
                 .map_err(|err| format!("lathe cannot make an HTTP client ({err})"))

@@ -19,16 +19,16 @@ use serde_json::{Value, json};
 use sse_stream::SseStream;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream};
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
+use tokio_util::task::AbortOnDropHandle;
 
-use super::connection::error_chain;
+use crate::errors::chain;
 
 /// Bytes buffered in the pipe between the bridge and rmcp.
 const PIPE_BYTES: usize = 256 * 1024;
 
 /// A running bridge; dropping it closes the stream and the pipe.
 pub(super) struct Bridge {
-    _task: AbortOnDrop,
+    _task: AbortOnDropHandle<()>,
 }
 
 /// Opens the event stream at `url`, waits for its `endpoint` event, and
@@ -44,7 +44,7 @@ pub(super) async fn open(
     for (name, value) in headers {
         request = request.header(name, value);
     }
-    let response = request.send().await.map_err(|err| format!("cannot reach {url}: {}", error_chain(&err)))?;
+    let response = request.send().await.map_err(|err| format!("cannot reach {url}: {}", chain(&err)))?;
     let status = response.status();
     if !status.is_success() {
         return Err(format!("{url} answered HTTP {status} to the event-stream request"));
@@ -69,17 +69,8 @@ pub(super) async fn open(
     }
     let (ours, theirs) = tokio::io::duplex(PIPE_BYTES);
     let link = Link { client: client.clone(), endpoint, headers: headers.to_vec() };
-    let task = AbortOnDrop(tokio::spawn(link.run(events, ours)));
+    let task = AbortOnDropHandle::new(tokio::spawn(link.run(events, ours)));
     Ok((Bridge { _task: task }, theirs))
-}
-
-/// Aborts its task when dropped.
-struct AbortOnDrop(JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 /// Where the bridge POSTs.
@@ -102,7 +93,7 @@ impl Link {
         let poster = {
             let link =
                 Link { client: self.client.clone(), endpoint: self.endpoint.clone(), headers: self.headers.clone() };
-            AbortOnDrop(tokio::spawn(async move {
+            AbortOnDropHandle::new(tokio::spawn(async move {
                 while let Some(line) = post_rx.recv().await {
                     link.post(line, failed_tx.clone()).await;
                 }
@@ -160,7 +151,7 @@ impl Link {
             let problem = match request.send().await {
                 Ok(response) if response.status().is_success() => return,
                 Ok(response) => format!("{endpoint} answered HTTP {}", response.status()),
-                Err(err) => format!("cannot reach {endpoint}: {}", error_chain(&err)),
+                Err(err) => format!("cannot reach {endpoint}: {}", chain(&err)),
             };
             tracing::warn!(%problem, "posting an MCP message failed");
             let message: Value = serde_json::from_str(&line).unwrap_or(Value::Null);

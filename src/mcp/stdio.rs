@@ -17,7 +17,7 @@
 use std::collections::VecDeque;
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -25,6 +25,7 @@ use tokio::process::{ChildStdin, ChildStdout, Command};
 use tokio::task::JoinHandle;
 
 use crate::child::Launcher;
+use crate::sync::lock;
 use crate::tools::shell::ProcessGroup;
 
 /// Lines of stderr kept to explain a failure.
@@ -48,10 +49,6 @@ struct ExitState {
     stderr_tail: VecDeque<String>,
     /// Whether stderr was read to its end.
     stderr_done: bool,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl ChildProcess {

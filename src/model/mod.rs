@@ -314,7 +314,7 @@ impl std::fmt::Debug for ModelClient {
 impl ModelClient {
     /// Builds the client. Cheap: no connection is made until the first request.
     pub fn new(model: Arc<ModelConfig>, network: &NetworkSettings) -> Result<Self, ModelError> {
-        let http = reqwest::Client::builder()
+        let http = crate::http::client_builder()
             .connect_timeout(network.connect_timeout)
             .tcp_nodelay(true)
             .build()

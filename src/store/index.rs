@@ -25,6 +25,7 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 
 use super::{META_FILE, SessionMeta, valid_id};
+use crate::sync::lock;
 
 /// The index file's name, in the data directory (beside `sessions/`, so
 /// saving it does not move the sessions directory's mtime).
@@ -395,7 +396,7 @@ struct State {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.state)
     }
 
     /// Marks the load as started: changes are kept for it from now on.

@@ -21,7 +21,7 @@
 use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ipnet::{Ipv4Net, Ipv6Net};
@@ -33,6 +33,8 @@ use serde_json::{Value, json};
 
 use super::{Access, Description, DisplayContent, ToolContext, ToolLimits, ToolOutcome};
 use crate::cancel::OrCancel as _;
+use crate::errors::chain;
+use crate::sync::lock;
 
 /// Redirects followed before giving up.
 pub const MAX_REDIRECTS: usize = 5;
@@ -345,14 +347,14 @@ struct GuardedResolver {
 
 impl GuardedResolver {
     fn exempt_only(&self, names: HashSet<String>) {
-        *self.exempt.lock().unwrap_or_else(PoisonError::into_inner) = names;
+        *lock(&self.exempt) = names;
     }
 }
 
 impl Resolve for GuardedResolver {
     fn resolve(&self, name: Name) -> Resolving {
         let host = name.as_str().trim_end_matches('.').to_ascii_lowercase();
-        let exempt = self.exempt.lock().unwrap_or_else(PoisonError::into_inner).contains(&host);
+        let exempt = lock(&self.exempt).contains(&host);
         let name = name.as_str().to_owned();
         Box::pin(async move {
             let addrs: Vec<SocketAddr> = tokio::net::lookup_host((name.as_str(), 0)).await?.collect();
@@ -550,7 +552,7 @@ fn cap(text: &str, max: usize) -> (&str, bool) {
 /// final page.
 async fn fetch_page(first: Url, trust: &HostTrust, limits: &ToolLimits, max_bytes: usize) -> Result<Page, Failure> {
     let resolver = Arc::new(GuardedResolver::default());
-    let client = reqwest::Client::builder()
+    let client = crate::http::client_builder()
         .connect_timeout(limits.fetch_connect_timeout)
         .redirect(reqwest::redirect::Policy::none())
         .dns_resolver(Arc::clone(&resolver))
@@ -732,20 +734,6 @@ fn send_failure(url: &Url, err: &reqwest::Error, limits: &ToolLimits) -> Failure
     Failure::new(format!("could not fetch {url}: {}", chain(err)))
 }
 
-/// An error and its causes, on one line.
-fn chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let cause = cause.to_string();
-        if !text.contains(&cause) {
-            let _ = write!(text, ": {cause}");
-        }
-        source = source.and_then(std::error::Error::source);
-    }
-    text
-}
-
 /// The body as text, in the charset its `Content-Type` names (a byte-order
 /// mark wins; UTF-8 by default). Undecodable bytes become U+FFFD.
 fn decode(body: &[u8], content_type: &str) -> String {
@@ -785,7 +773,7 @@ fn html_to_markdown(html: &str) -> (Option<String>, String) {
         .add_handler(vec!["title"], move |handlers: &dyn htmd::element_handler::Handlers, element: htmd::Element| {
             let text = handlers.walk_children(element.node).content;
             let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
-            let mut slot = title_slot.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut slot = lock(&title_slot);
             if slot.is_none() && !text.is_empty() {
                 *slot = Some(text);
             }
@@ -798,15 +786,15 @@ fn html_to_markdown(html: &str) -> (Option<String>, String) {
                 let converted = handlers.fallback(element)?;
                 if main && !converted.content.trim().is_empty() {
                     // The outermost main finishes last and wins.
-                    *main_slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(converted.content.clone());
+                    *lock(&main_slot) = Some(converted.content.clone());
                 }
                 Some(converted)
             },
         )
         .build();
     let whole = converter.convert(html).unwrap_or_default();
-    let main = main.lock().unwrap_or_else(PoisonError::into_inner).take();
-    let title = title.lock().unwrap_or_else(PoisonError::into_inner).take();
+    let main = lock(&main).take();
+    let title = lock(&title).take();
     let text = main.map_or(whole, |main| main.trim_matches('\n').to_owned());
     (title, text)
 }

@@ -53,6 +53,7 @@ use std::path::Path;
 use serde::{Deserialize, Deserializer};
 use serde_json::{Value, json};
 
+use super::lenient;
 use super::local::{BINARY_SNIFF_BYTES, read_text_blocking, size_text};
 use super::versions::Freshness;
 use super::{
@@ -78,10 +79,10 @@ pub struct ReadFileArgs {
     #[serde(alias = "file_path", alias = "filePath")]
     pub path: String,
     /// 1-based first line to show.
-    #[serde(default, deserialize_with = "lenient_count")]
+    #[serde(default, deserialize_with = "lenient::count")]
     pub offset: Option<usize>,
     /// Number of lines to show.
-    #[serde(default, deserialize_with = "lenient_count")]
+    #[serde(default, deserialize_with = "lenient::count")]
     pub limit: Option<usize>,
 }
 
@@ -110,7 +111,7 @@ pub struct EditFileArgs {
     #[serde(default, alias = "new_str", alias = "newString")]
     pub new_string: Option<String>,
     /// Replace every occurrence of `old_string` rather than exactly one.
-    #[serde(default, alias = "replaceAll", deserialize_with = "lenient_bool")]
+    #[serde(default, alias = "replaceAll", deserialize_with = "lenient::optional_flag")]
     pub replace_all: Option<bool>,
     /// Several replacements, applied in order.
     #[serde(default, deserialize_with = "lenient_edits")]
@@ -127,7 +128,7 @@ pub struct Edit {
     #[serde(alias = "new_str", alias = "newString")]
     pub new_string: String,
     /// Replace every occurrence rather than exactly one.
-    #[serde(default, alias = "replaceAll", deserialize_with = "lenient_flag")]
+    #[serde(default, alias = "replaceAll", deserialize_with = "lenient::flag")]
     pub replace_all: bool,
 }
 
@@ -963,45 +964,6 @@ fn dice(a: &[(char, char)], b: &[(char, char)]) -> f64 {
 fn first_changed_line(old: &str, new: &str) -> usize {
     let differs_at = old.bytes().zip(new.bytes()).position(|(a, b)| a != b).unwrap_or_else(|| old.len().min(new.len()));
     old.as_bytes()[..differs_at].iter().filter(|&&byte| byte == b'\n').count() + 1
-}
-
-/// A line number or count sent as a number, a numeric string, or null.
-fn lenient_count<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<usize>, D::Error> {
-    use serde::de::Error;
-    let whole = |value: f64| value >= 0.0 && value.fract() == 0.0;
-    match Option::<Value>::deserialize(deserializer)? {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(number)) => match (number.as_u64(), number.as_f64()) {
-            (Some(value), _) => Ok(Some(usize::try_from(value).unwrap_or(usize::MAX))),
-            (None, Some(value)) if whole(value) => Ok(Some(value as usize)),
-            _ => Err(D::Error::custom(format!("expected a positive whole number, got {number}"))),
-        },
-        Some(Value::String(text)) if text.trim().is_empty() => Ok(None),
-        Some(Value::String(text)) => text
-            .trim()
-            .parse()
-            .map(Some)
-            .map_err(|_| D::Error::custom(format!("expected a positive whole number, got \"{text}\""))),
-        Some(other) => Err(D::Error::custom(format!("expected a positive whole number, got {other}"))),
-    }
-}
-
-/// A flag sent as a boolean, `"true"`/`"false"`, 0/1, or null.
-fn lenient_bool<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<bool>, D::Error> {
-    use serde::de::Error;
-    match Option::<Value>::deserialize(deserializer)? {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Bool(flag)) => Ok(Some(flag)),
-        Some(Value::String(text)) if text.eq_ignore_ascii_case("true") => Ok(Some(true)),
-        Some(Value::String(text)) if text.eq_ignore_ascii_case("false") || text.is_empty() => Ok(Some(false)),
-        Some(Value::Number(number)) if number.as_u64() == Some(0) => Ok(Some(false)),
-        Some(Value::Number(number)) if number.as_u64() == Some(1) => Ok(Some(true)),
-        Some(other) => Err(D::Error::custom(format!("expected true or false, got {other}"))),
-    }
-}
-
-fn lenient_flag<'de, D: Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
-    Ok(lenient_bool(deserializer)?.unwrap_or(false))
 }
 
 /// A list of edits sent as an array, a single object, or an array encoded as

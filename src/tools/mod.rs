@@ -24,6 +24,7 @@
 
 pub mod fetch;
 pub mod fs;
+pub mod lenient;
 pub mod local;
 pub mod paths;
 pub mod search;

@@ -39,15 +39,15 @@ use grep_matcher::Matcher;
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkMatch};
 use ignore::{DirEntry, ParallelVisitor, ParallelVisitorBuilder, WalkBuilder, WalkParallel, WalkState};
-use serde::de::Error as _;
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::paths;
 use super::{Access, Description, DisplayContent, Location, ToolContext, ToolOutcome};
+use super::{lenient, paths};
 use crate::cancel::{Cancelled, OrCancel as _};
 use crate::fs_guard::{Found, Target};
+use crate::sync::lock;
 
 /// Deepest `depth` `list_directory` accepts; deeper trees are `glob`'s job.
 const MAX_LIST_DEPTH: usize = 5;
@@ -69,10 +69,10 @@ pub struct ListDirectoryArgs {
     #[serde(default, alias = "dir", alias = "directory")]
     pub path: Option<String>,
     /// Levels to list: 1 (the default) lists only the directory's entries.
-    #[serde(default, deserialize_with = "lenient_usize")]
+    #[serde(default, deserialize_with = "lenient::count")]
     pub depth: Option<usize>,
     /// Also list hidden entries and entries excluded by ignore files.
-    #[serde(default, alias = "include_hidden", alias = "include_ignored", deserialize_with = "lenient_bool")]
+    #[serde(default, alias = "include_hidden", alias = "include_ignored", deserialize_with = "lenient::flag")]
     pub all: bool,
 }
 
@@ -100,43 +100,17 @@ pub struct GrepArgs {
     #[serde(default, alias = "include", alias = "file_glob")]
     pub glob: Option<String>,
     /// Match case-insensitively.
-    #[serde(default, alias = "ignore_case", deserialize_with = "lenient_bool")]
+    #[serde(default, alias = "ignore_case", deserialize_with = "lenient::flag")]
     pub case_insensitive: bool,
     /// Treat `pattern` as a literal string, not a regex.
-    #[serde(default, alias = "fixed_strings", deserialize_with = "lenient_bool")]
+    #[serde(default, alias = "fixed_strings", deserialize_with = "lenient::flag")]
     pub literal: bool,
     /// Lines of context before and after each match.
-    #[serde(default, alias = "context_lines", deserialize_with = "lenient_usize")]
+    #[serde(default, alias = "context_lines", deserialize_with = "lenient::count")]
     pub context: Option<usize>,
     /// List only the paths of files that match.
-    #[serde(default, deserialize_with = "lenient_bool")]
+    #[serde(default, deserialize_with = "lenient::flag")]
     pub files_with_matches: bool,
-}
-
-/// Accepts `true`/`false`, their string spellings, or null (false): models
-/// often quote booleans, and a failed call costs a round trip.
-fn lenient_bool<'de, D: Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
-    match Value::deserialize(deserializer)? {
-        Value::Bool(value) => Ok(value),
-        Value::Null => Ok(false),
-        Value::String(text) if text.eq_ignore_ascii_case("true") => Ok(true),
-        Value::String(text) if text.eq_ignore_ascii_case("false") || text.is_empty() => Ok(false),
-        other => Err(D::Error::custom(format!("expected true or false, got {other}"))),
-    }
-}
-
-/// Accepts a non-negative integer, its string spelling, or null (absent).
-fn lenient_usize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<usize>, D::Error> {
-    let value = Value::deserialize(deserializer)?;
-    let number = match &value {
-        Value::Null => return Ok(None),
-        Value::Number(number) => number.as_u64(),
-        Value::String(text) => text.trim().parse::<u64>().ok(),
-        _ => None,
-    };
-    number
-        .map(|n| Some(usize::try_from(n).unwrap_or(usize::MAX)))
-        .ok_or_else(|| D::Error::custom(format!("expected a non-negative integer, got {value}")))
 }
 
 /// JSON schema of `list_directory`.
@@ -570,7 +544,7 @@ where
     impl<S, V> Drop for Worker<'_, S, V> {
         fn drop(&mut self) {
             if let Some(state) = self.state.take() {
-                self.done.lock().unwrap_or_else(PoisonError::into_inner).push(state);
+                lock(self.done).push(state);
             }
         }
     }
@@ -1203,7 +1177,7 @@ fn unreadable_note(unreadable: u64) -> String {
 #[cfg(test)]
 mod tests {
     use std::fs;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     use futures_util::future::BoxFuture;
 
@@ -1539,7 +1513,6 @@ mod tests {
             progress: &|_| {},
             seen: &crate::tools::versions::FileVersions::default(),
         };
-        let started = Instant::now();
         let base = Target::of(f.root());
         let args: GrepArgs = serde_json::from_value(json!({"pattern": "fn"})).unwrap();
         assert_eq!(grep(args, &base, &ctx).await.status, OutcomeStatus::Cancelled);
@@ -1547,7 +1520,6 @@ mod tests {
         assert_eq!(glob(args, &base, &ctx).await.status, OutcomeStatus::Cancelled);
         let args: ListDirectoryArgs = serde_json::from_value(json!({})).unwrap();
         assert_eq!(list_directory(args, &base, &ctx).await.status, OutcomeStatus::Cancelled);
-        assert!(started.elapsed() < Duration::from_secs(2));
 
         // The blocking walk notices the token on its own and stops.
         let job = GrepJob {
@@ -1583,10 +1555,13 @@ mod tests {
         .unwrap();
         assert_eq!((args.pattern.as_str(), args.path.as_deref(), args.context), ("x", Some("src"), Some(3)));
         assert!(args.case_insensitive && !args.literal);
+        // The same spellings as edit_file's flags (tools::lenient): 0/1 too.
+        let args: GrepArgs = serde_json::from_value(json!({"pattern": "x", "literal": 1, "ignore_case": 0})).unwrap();
+        assert!(args.literal && !args.case_insensitive);
         let args: ListDirectoryArgs = serde_json::from_value(json!({"path": null, "depth": null})).unwrap();
         assert_eq!((args.path, args.depth, args.all), (None, None, false));
         let err = serde_json::from_value::<GrepArgs>(json!({"pattern": "x", "context": "lots"})).unwrap_err();
-        assert!(err.to_string().contains("non-negative integer"), "{err}");
+        assert!(err.to_string().contains("positive whole number"), "{err}");
     }
 
     /// Defect 16 of issue 11, and what the walker reads on its own: grep on

@@ -1115,7 +1115,6 @@ fn strip_ansi(text: &str) -> Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
-    use std::time::Instant;
 
     use futures_util::future::BoxFuture;
     use nix::errno::Errno;
@@ -1124,6 +1123,10 @@ mod tests {
     use super::super::{Host, HostError};
     use super::*;
     use crate::fs_guard::Target;
+    use crate::test_support::clock::{FrozenClock, eventually, poll_until, within};
+
+    /// A bound on the tests' own waits: a hang detector, in real time.
+    const WAIT: Duration = Duration::from_secs(20);
 
     /// A host with no editor terminals: commands run locally.
     struct LocalHost;
@@ -1326,25 +1329,17 @@ mod tests {
         })
     }
 
-    /// Waits up to a second for group `pgid` to have no live process.
+    /// Waits (in real time: the clock may be frozen) for group `pgid` to
+    /// have no live process; the kernel says so, no event does.
     async fn assert_group_gone(pgid: i32) {
-        let deadline = Instant::now() + Duration::from_secs(1);
-        while group_alive(pgid) {
-            assert!(Instant::now() < deadline, "process group {pgid} survived");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        poll_until(&format!("process group {pgid} is gone"), WAIT, || !group_alive(pgid)).await;
     }
 
-    /// Waits for the command to write its shell's pid (= its group id).
+    /// Waits (in real time) for the command to write its shell's pid (= its group id).
     async fn read_pgid(file: &Path) -> i32 {
-        loop {
-            if let Ok(text) = std::fs::read_to_string(file)
-                && let Ok(pid) = text.trim().parse()
-            {
-                return pid;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        let read = || std::fs::read_to_string(file).ok().and_then(|text| text.trim().parse().ok());
+        assert!(eventually(WAIT, || read().is_some()).await, "the command never wrote {}", file.display());
+        read().unwrap()
     }
 
     /// A command that records its group id and leaves two grandchildren.
@@ -1425,41 +1420,65 @@ mod tests {
         assert_eq!(outcome.for_model, "Exit code: 0\nred ok\n100%");
     }
 
-    #[tokio::test]
+    /// Runs `args` locally in `dir` on a frozen clock, moving it on by the
+    /// command's timeout once the command has written its pid to `pgid`
+    /// (its deadline is set by then; what it wrote before is in the pipe):
+    /// the timeout fires, in virtual time, and nothing else can.
+    async fn run_local_until_its_timeout(args: ShellArgs, dir: &Path) -> ToolOutcome {
+        let clock = FrozenClock::hold().await;
+        let timeout = Duration::from_secs_f64(args.timeout_secs.unwrap());
+        let cancel = CancellationToken::new();
+        let run = run_local(args, dir, &cancel);
+        let time_out = async {
+            read_pgid(&dir.join("pgid")).await;
+            clock.advance(timeout).await;
+        };
+        let (outcome, ()) =
+            within(WAIT, async { tokio::join!(run, time_out) }).await.expect("the timeout ends the run");
+        assert_eq!(clock.elapsed(), timeout, "the kill grace was not needed: SIGTERM ends these");
+        outcome
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn timeout_kills_the_whole_group() {
         let dir = tempfile::tempdir().unwrap();
-        let started = Instant::now();
-        let outcome = run_local(with_timeout(SLEEPERS, 1.0), dir.path(), &CancellationToken::new()).await;
-        assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+        // SLEEPERS, but the pid file comes last: once it is there, the line
+        // is in the pipe and both sleeps run, however slow the machine.
+        let command = "echo started; sleep 300 & sleep 300 & echo $$ > pgid.tmp; mv pgid.tmp pgid; wait";
+        let outcome = run_local_until_its_timeout(with_timeout(command, 1.0), dir.path()).await;
         assert_eq!(outcome.status, OutcomeStatus::Failed);
         assert_eq!(outcome.for_model, "Command timed out after 1 s and was killed.\nstarted");
         assert_eq!(outcome.raw_output, Some(json!({"exit_code": null, "timed_out": true})));
         assert_group_gone(read_pgid(&dir.path().join("pgid")).await).await;
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn endless_output_times_out_with_bounded_memory() {
         let dir = tempfile::tempdir().unwrap();
-        let started = Instant::now();
-        let outcome = run_local(with_timeout("yes", 1.0), dir.path(), &CancellationToken::new()).await;
-        assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+        // Four times what is kept has been read before the pid file appears.
+        let volume = 4 * ToolLimits::default().shell_output_bytes;
+        let command = format!("yes | head -c {volume}; echo $$ > pgid; yes");
+        let outcome = run_local_until_its_timeout(with_timeout(&command, 1.0), dir.path()).await;
         assert!(outcome.for_model.starts_with("Command timed out after 1 s"), "{}", &outcome.for_model[..100]);
         assert!(outcome.for_model.contains("bytes omitted"));
         assert!(outcome.for_model.len() < ToolLimits::default().shell_output_bytes + 200);
     }
 
-    #[tokio::test]
+    /// "At once": on a frozen clock, so the run ends without waiting out
+    /// any timer (the kill grace, the command's timeout), or never.
+    #[tokio::test(start_paused = true)]
     async fn cancel_kills_the_group_at_once() {
+        let _clock = FrozenClock::hold().await;
         let dir = tempfile::tempdir().unwrap();
         let cancel = CancellationToken::new();
         let run = run_local(args(SLEEPERS), dir.path(), &cancel);
         let control = async {
             let pgid = read_pgid(&dir.path().join("pgid")).await;
             cancel.cancel();
-            (pgid, Instant::now())
+            pgid
         };
-        let (outcome, (pgid, cancelled_at)) = tokio::join!(run, control);
-        assert!(cancelled_at.elapsed() < Duration::from_millis(300), "{:?}", cancelled_at.elapsed());
+        let (outcome, pgid) =
+            within(WAIT, async { tokio::join!(run, control) }).await.expect("the cancel waits out no timer");
         assert_eq!(outcome, ToolOutcome::cancelled());
         assert_group_gone(pgid).await;
     }
@@ -1477,13 +1496,15 @@ mod tests {
         assert_group_gone(pgid).await;
     }
 
-    #[tokio::test]
+    /// On a frozen clock: the run ends when the shell does, without
+    /// waiting out the output drain's timeout for the `sleep` holding the pipe.
+    #[tokio::test(start_paused = true)]
     async fn background_processes_do_not_outlive_the_command() {
+        let _clock = FrozenClock::hold().await;
         let dir = tempfile::tempdir().unwrap();
-        let started = Instant::now();
-        let outcome =
-            run_local(args("echo $$ > pgid; sleep 300 & echo done"), dir.path(), &CancellationToken::new()).await;
-        assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
+        let never = CancellationToken::new();
+        let run = run_local(args("echo $$ > pgid; sleep 300 & echo done"), dir.path(), &never);
+        let outcome = within(WAIT, run).await.expect("the run ends with the shell");
         assert_eq!(outcome.for_model, "Exit code: 0\ndone");
         assert_group_gone(read_pgid(&dir.path().join("pgid")).await).await;
     }
@@ -1527,11 +1548,12 @@ mod tests {
         assert_eq!(outcome.raw_output, Some(json!({"exit_code": null, "timed_out": true})));
     }
 
-    #[tokio::test]
+    /// "At once": on a frozen clock, so without waiting out any timer.
+    #[tokio::test(start_paused = true)]
     async fn terminal_cancel_abandons_at_once() {
-        let started = Instant::now();
-        let (outcome, calls) = run_editor(args("sleep 300"), Script::Hangs, exited(0, ""), true).await;
-        assert!(started.elapsed() < Duration::from_millis(500));
+        let _clock = FrozenClock::hold().await;
+        let run = run_editor(args("sleep 300"), Script::Hangs, exited(0, ""), true);
+        let (outcome, calls) = within(WAIT, run).await.expect("the cancel waits out no timer");
         assert_eq!(outcome, ToolOutcome::cancelled());
         assert_eq!(calls[1..], ["progress term-1", "wait term-1", "abandon term-1"]);
     }

@@ -16,9 +16,10 @@
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 
 use super::paths;
+use crate::sync::lock;
 
 /// The session's record of the file versions the model has seen.
 #[derive(Debug, Default)]
@@ -72,7 +73,7 @@ impl FileVersions {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Fingerprint>> {
-        self.seen.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.seen)
     }
 }
 

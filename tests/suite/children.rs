@@ -5,12 +5,13 @@
 
 use std::collections::HashMap;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
 
 use super::mcp::fixture_path;
 use crate::support::acp_client::prompt;
+use crate::support::clock::poll_until;
 use crate::support::editor::FakeEditor;
 use crate::support::harness::Harness;
 use crate::support::mcp_server::{Fixture, HttpMcpServer};
@@ -68,15 +69,6 @@ fn alive(process: &Process) -> bool {
     stat(process.pid).is_some_and(|(state, _, started)| started == process.started && state != "Z" && state != "X")
 }
 
-/// Waits until `check` holds, up to `limit`; panics with `what` otherwise.
-async fn wait_until(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !check() {
-        assert!(Instant::now() < deadline, "{what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// Issue 11, defect 7: SIGKILL of lathe while a shell command (with a
 /// background job) and a stdio MCP server run: all of them are gone shortly
 /// after.
@@ -97,7 +89,7 @@ async fn nothing_outlives_a_killed_lathe() {
     h.mock.push(tool_call_reply(&[("call_s", "shell", json!({"command": command}))]));
     let _ = prompt(&mut h.agent, &session, "start them").await;
     let lathe = h.agent.pid();
-    wait_until(Duration::from_secs(10), "the command and the MCP server start", || {
+    poll_until("the command and the MCP server start", Duration::from_secs(10), || {
         let running = descendants(lathe);
         marker.exists()
             && running.iter().filter(|p| p.cmdline == "sleep 300 ").count() == 2
@@ -109,7 +101,7 @@ async fn nothing_outlives_a_killed_lathe() {
     assert!(running.iter().any(|p| p.cmdline.starts_with("sh -c sleep 300")), "{running:#?}");
 
     h.agent.kill_hard().await;
-    wait_until(Duration::from_secs(5), "every process lathe started dies with it", || {
+    poll_until("every process lathe started dies with it", Duration::from_secs(5), || {
         running.iter().all(|process| !alive(process))
     })
     .await;
@@ -307,5 +299,5 @@ async fn a_trampoline_without_its_parent_stops_at_once() {
             fields[2] == group && fields[0] != "Z"
         })
     };
-    wait_until(Duration::from_secs(5), "the group is gone", || !in_group()).await;
+    poll_until("the group is gone", Duration::from_secs(5), || !in_group()).await;
 }

@@ -204,7 +204,7 @@ async fn old_sessions_are_pruned_at_start_up() {
         std::fs::write(sessions.join(id).join("meta.json"), meta.to_string()).unwrap();
     }
     let config = write_config(home.path(), &mock.base_url(), "[sessions]\nkeep_days = 30\n");
-    let mut agent = AgentProcess::spawn(&["--config", config.to_str().unwrap()], &[], home.path());
+    let mut agent = AgentProcess::in_process(&["--config", config.to_str().unwrap()], &[], home.path());
     let created = handshake(&mut agent, json!({}), &project).await;
     let id = agent.request("session/list", json!({"cwd": project})).await;
     let (_, response) = agent.response(id).await;

@@ -11,7 +11,7 @@ use crate::support::mock_openai::{MockOpenAi, Reply, Step, ev_role, ev_text, tex
 const WAIT: Duration = Duration::from_secs(5);
 
 fn client() -> reqwest::Client {
-    reqwest::Client::builder().no_proxy().build().unwrap()
+    lathe::http::client_builder().no_proxy().build().unwrap()
 }
 
 async fn post_chat(mock: &MockOpenAi, body: &Value) -> reqwest::Response {
