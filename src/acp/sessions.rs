@@ -848,6 +848,87 @@ mod tests {
     use super::*;
     use crate::store::Chunk;
 
+    fn summary(id: &str, updated_at: &str, cwd: &str) -> SessionSummary {
+        SessionSummary {
+            session_id: id.to_owned(),
+            cwd: PathBuf::from(cwd),
+            additional_directories: Vec::new(),
+            title: None,
+            updated_at: updated_at.to_owned(),
+        }
+    }
+
+    fn meta(id: &str, updated_at: &str, cwd: &str) -> SessionMeta {
+        SessionMeta {
+            session_id: id.to_owned(),
+            cwd: PathBuf::from(cwd),
+            additional_directories: Vec::new(),
+            title: None,
+            created_at: updated_at.to_owned(),
+            updated_at: updated_at.to_owned(),
+            model: None,
+            mode: None,
+            thought_level: None,
+        }
+    }
+
+    /// Saved sessions in the index's order and paging (most recent first, then id).
+    fn saved_page(saved: &[SessionSummary], after: Option<&ListKey>, limit: usize) -> ListPage {
+        let key = |s: &SessionSummary| (std::cmp::Reverse(s.updated_at.clone()), s.session_id.clone());
+        let mut rest: Vec<SessionSummary> = saved
+            .iter()
+            .filter(|s| after.is_none_or(|a| key(s) > (std::cmp::Reverse(a.updated_at.clone()), a.session_id.clone())))
+            .cloned()
+            .collect();
+        rest.sort_by_key(key);
+        let more = rest.len() > limit;
+        rest.truncate(limit);
+        let next = more
+            .then(|| rest.last())
+            .flatten()
+            .map(|last| ListKey { updated_at: last.updated_at.clone(), session_id: last.session_id.clone() });
+        ListPage { sessions: rest, next }
+    }
+
+    /// Sessions open and not saved yet join the pages in list order: paging
+    /// through everything shows each session once, in order, pages bounded.
+    #[test]
+    fn unsaved_sessions_join_the_pages_in_order() {
+        let saved: Vec<SessionSummary> = (0..7)
+            .map(|i| summary(&format!("sess_s{i}"), &format!("2026-01-01T00:{:02}:00Z", 50 - i * 7), "/p"))
+            .collect();
+        let unsaved: Vec<SessionMeta> = (0..6)
+            .map(|i| meta(&format!("sess_u{i}"), &format!("2026-01-01T00:{:02}:00Z", 53 - i * 9), "/p"))
+            .chain([meta("sess_elsewhere", "2026-01-01T00:59:00Z", "/q")])
+            .collect();
+        for limit in [1, 2, 3, 5, 50] {
+            let mut shown = Vec::new();
+            let mut after: Option<ListKey> = None;
+            loop {
+                let page = saved_page(&saved, after.as_ref(), limit);
+                let page = with_unsaved(page, unsaved.clone(), Some(std::path::Path::new("/p")), after.as_ref(), limit);
+                assert!(page.sessions.len() <= limit);
+                shown.extend(page.sessions.iter().map(|s| (s.updated_at.clone(), s.session_id.clone())));
+                match page.next {
+                    Some(next) => after = Some(next),
+                    None => break,
+                }
+            }
+            let mut expected: Vec<(String, String)> = saved
+                .iter()
+                .map(|s| (s.updated_at.clone(), s.session_id.clone()))
+                .chain(
+                    unsaved
+                        .iter()
+                        .filter(|m| m.cwd == std::path::Path::new("/p"))
+                        .map(|m| (m.updated_at.clone(), m.session_id.clone())),
+                )
+                .collect();
+            expected.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+            assert_eq!(shown, expected, "pages of {limit}");
+        }
+    }
+
     /// A chunk line as lathe sent (and format 1 logged) it.
     fn chunk(kind: &str, id: &str, text: &str) -> Record {
         let chunk = ContentChunk::new(ContentBlock::from(text)).message_id(MessageId::new(id));
