@@ -91,10 +91,14 @@ impl Journal {
         self.pending().as_ref().map(|pending| pending.meta.clone())
     }
 
-    /// Appends one record. A message (or a reset) puts a new session on disk first.
+    /// Appends one record. A message (or a reset to some messages) puts a
+    /// new session on disk first.
     pub fn record(&self, record: &Record) {
         match record {
-            Record::Message(_) | Record::Reset(_) => self.materialize(),
+            Record::Message(_) => self.materialize(),
+            // `/clear` before any prompt: there is nothing to keep, nor to save it for.
+            Record::Reset(messages) if messages.is_empty() && self.pending().is_some() => return,
+            Record::Reset(_) => self.materialize(),
             Record::Update(line) => {
                 let mut pending = self.pending();
                 if let Some(pending) = pending.as_mut() {
