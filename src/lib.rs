@@ -32,6 +32,8 @@
 //! http        the one way an HTTP client is started (rustls over ring)
 //! errors      an error and its causes, on one line
 //! sync        the one way a std Mutex is locked
+//! cli/        `lathe sessions` and `lathe init`; doctor: `lathe doctor`;
+//!             trace: the `--trace` file (JSON-RPC both ways, model traffic, redacted)
 //! ```
 //!
 //! Knowledge flows one way: `acp -> agent -> {model, session, prompt} -> config`,
@@ -49,8 +51,10 @@ pub mod agent;
 pub mod cancel;
 pub mod checkpoint;
 pub mod child;
+pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod doctor;
 pub mod errors;
 pub mod fs_guard;
 pub mod http;
@@ -64,6 +68,7 @@ pub mod session;
 pub mod store;
 pub mod sync;
 pub mod tools;
+pub mod trace;
 
 #[cfg(test)]
 mod test_support;

@@ -26,19 +26,24 @@ struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
     /// The config file to use.
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, global = true, value_name = "PATH")]
     config: Option<PathBuf>,
     /// Log filter for stderr (or --log-file): error, warn, info, debug, trace,
     /// or a tracing directive such as `lathe=debug`. Overrides RUST_LOG.
-    #[arg(long, value_name = "LEVEL")]
+    #[arg(long, global = true, value_name = "LEVEL")]
     log_level: Option<String>,
     /// Append logs to this file instead of stderr.
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, global = true, value_name = "PATH")]
     log_file: Option<PathBuf>,
     /// Where sessions are saved. Default: $LATHE_DATA_DIR, else
     /// $XDG_DATA_HOME/lathe (~/.local/share/lathe).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, global = true, value_name = "DIR")]
     data_dir: Option<PathBuf>,
+    /// Write every JSON-RPC message (both ways) and every model request and
+    /// response event to this file, one JSON line each, API keys and
+    /// credentials redacted. For troubleshooting; works with every command.
+    #[arg(long, global = true, value_name = "FILE", env = "LATHE_TRACE")]
+    trace: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -47,11 +52,30 @@ enum Command {
     /// and kills its process group when lathe dies (see `lathe::child`).
     #[command(name = "sandbox-exec", hide = true)]
     SandboxExec(lathe::child::SandboxExecArgs),
+    /// Check the setup: the config file, each model's endpoint (reachable,
+    /// key accepted, model listed, streaming, tool calls, usage, context
+    /// window), the data directory, the MCP servers and the sandbox. One
+    /// line per check; exits 1 if any check fails.
+    Doctor(lathe::doctor::DoctorArgs),
+    /// The saved sessions: list, show (as Markdown), rm, prune.
+    #[command(subcommand)]
+    Sessions(lathe::cli::sessions::SessionsCommand),
+    /// Write a commented config file for a provider preset to the default
+    /// location (or --config); never overwrites.
+    Init(lathe::cli::init::InitArgs),
+    /// Print a shell completion script: `lathe completions bash > ~/.local/share/bash-completion/completions/lathe`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff): `lathe man | man -l -`.
+    Man,
 }
 
 fn main() -> ExitCode {
     let mut cli = Cli::parse();
-    if let Some(Command::SandboxExec(args)) = cli.command.take() {
+    let command = cli.command.take();
+    if let Some(Command::SandboxExec(args)) = command {
         // Nothing else of lathe runs here: no logging, no config, no runtime.
         return match lathe::child::sandbox_exec(args) {
             Ok(code) => code,
@@ -62,7 +86,12 @@ fn main() -> ExitCode {
             }
         };
     }
-    match run(cli) {
+    let outcome = match command {
+        Some(command) => run_command(cli, command),
+        None => run(cli),
+    };
+    lathe::trace::finish();
+    match outcome {
         Ok(code) => code,
         Err(err) => {
             eprintln!("lathe: {err:#}");
@@ -72,7 +101,7 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    init_logging(cli.log_level.as_deref(), cli.log_file.as_deref())?;
+    init_logging(cli.log_level.as_deref(), cli.log_file.as_deref(), "warn,lathe=info")?;
     let env = |name: &str| std::env::var(name).ok();
     let mut config = match Config::load(cli.config.as_deref(), &env) {
         Ok(config) => config,
@@ -82,6 +111,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
     };
     config.data_dir = lathe::store::default_data_dir(cli.data_dir.as_deref(), &env);
+    start_trace(cli.trace.as_deref(), Some(&config))?;
     // Every child is started through this executable, which supervises it.
     config.children.supervisor = match std::env::current_exe() {
         Ok(path) => Some(path),
@@ -103,13 +133,99 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn init_logging(level: Option<&str>, file: Option<&std::path::Path>) -> anyhow::Result<()> {
+/// The commands other than serving ACP.
+fn run_command(cli: Cli, command: Command) -> anyhow::Result<ExitCode> {
+    use std::io::Write as _;
+    let env = |name: &str| std::env::var(name).ok();
+    let mut stdout = std::io::stdout().lock();
+    match command {
+        Command::Completions { shell } => {
+            // Into memory first: clap_complete panics on a write error (a closed pipe).
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "lathe", &mut script);
+            stdout.write_all(&script).context("writing the completion script")?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man => {
+            clap_mangen::Man::new(<Cli as clap::CommandFactory>::command())
+                .render(&mut stdout)
+                .context("writing the man page")?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Init(args) => {
+            let path = lathe::config::locate(cli.config.as_deref(), &env).map(|(path, _)| path);
+            match lathe::cli::init::run(&args, path.as_deref(), &mut stdout) {
+                Ok(()) => Ok(ExitCode::SUCCESS),
+                Err(err) => {
+                    eprintln!("lathe init: {err}");
+                    Ok(ExitCode::FAILURE)
+                }
+            }
+        }
+        Command::Sessions(command) => {
+            init_logging(cli.log_level.as_deref(), cli.log_file.as_deref(), "warn")?;
+            let data_dir = lathe::store::default_data_dir(cli.data_dir.as_deref(), &env);
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?;
+            let mut stderr = std::io::stderr();
+            match runtime.block_on(lathe::cli::sessions::run(command, data_dir.as_deref(), &mut stdout, &mut stderr)) {
+                Ok(()) => Ok(ExitCode::SUCCESS),
+                // Each failed removal was reported already.
+                Err(lathe::cli::sessions::SessionsError::Partly(_)) => Ok(ExitCode::FAILURE),
+                Err(err) => {
+                    eprintln!("lathe sessions: {err}");
+                    Ok(ExitCode::FAILURE)
+                }
+            }
+        }
+        Command::Doctor(args) => {
+            init_logging(cli.log_level.as_deref(), cli.log_file.as_deref(), "error")?;
+            let data_dir = lathe::store::default_data_dir(cli.data_dir.as_deref(), &env);
+            let loaded = Config::load(cli.config.as_deref(), &env).map(|mut config| {
+                config.data_dir = data_dir.clone();
+                // MCP servers and the sandbox are checked as a session would start them.
+                config.children.supervisor = std::env::current_exe().ok();
+                config
+            });
+            let located = lathe::config::locate(cli.config.as_deref(), &env).map(|(path, _)| path);
+            start_trace(cli.trace.as_deref(), loaded.as_ref().ok())?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?;
+            let report = runtime.block_on(lathe::doctor::run(&args, loaded, located, data_dir));
+            runtime.shutdown_timeout(Duration::from_millis(250));
+            report.write(&mut stdout, args.json).context("writing the report")?;
+            stdout.flush().context("writing the report")?;
+            Ok(if report.passed() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+        }
+        Command::SandboxExec(_) => unreachable_sandbox_exec(),
+    }
+}
+
+/// `sandbox-exec` is dispatched before anything else in `main`.
+fn unreachable_sandbox_exec() -> anyhow::Result<ExitCode> {
+    anyhow::bail!("sandbox-exec is handled before the other commands")
+}
+
+/// Opens the `--trace` file (or `LATHE_TRACE`), when one is named; the
+/// config's secrets are redacted from it.
+fn start_trace(path: Option<&std::path::Path>, config: Option<&Config>) -> anyhow::Result<()> {
+    let Some(path) = path.filter(|path| !path.as_os_str().is_empty()) else { return Ok(()) };
+    let secrets = config.map(lathe::trace::secrets_of).unwrap_or_default();
+    lathe::trace::install(path, secrets).with_context(|| format!("cannot open the trace file {}", path.display()))?;
+    Ok(())
+}
+
+fn init_logging(level: Option<&str>, file: Option<&std::path::Path>, default: &str) -> anyhow::Result<()> {
     use tracing_subscriber::EnvFilter;
     let filter = match level {
         Some(level) => {
             EnvFilter::try_new(level).with_context(|| format!("--log-level {level:?} is not a valid filter"))?
         }
-        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn,lathe=info")),
+        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default)),
     };
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     match file {
@@ -143,6 +259,7 @@ fn greet(config: &Config) {
         }
         (_, Some(model)) => eprintln!("model:  {} ({}) at {}", model.key, model.model, model.base_url),
     }
+    eprintln!("check:  `lathe doctor` checks the config, the model endpoint and the data directory");
     eprintln!("lathe is meant to be started by an editor. For Zed, add to settings.json:");
     eprintln!("  \"agent_servers\": {{ \"lathe\": {{ \"type\": \"custom\", \"command\": \"lathe\", \"args\": [] }} }}");
     eprintln!("Now serving ACP on this terminal; type JSON-RPC lines, or press Ctrl-D to quit.");

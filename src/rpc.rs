@@ -406,6 +406,7 @@ impl Writer {
             for frame in batch.drain(..) {
                 match frame {
                     Frame::Line(bytes) => {
+                        crate::trace::agent_message(&bytes);
                         writer.write_all(&bytes).await?;
                         writer.write_all(b"\n").await?;
                     }
@@ -438,6 +439,7 @@ impl Writer {
             for frame in batch.drain(..) {
                 match frame {
                     Frame::Line(bytes) => {
+                        crate::trace::agent_message(&bytes);
                         writer.write_all(&bytes)?;
                         writer.write_all(b"\n")?;
                     }

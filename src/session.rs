@@ -21,7 +21,7 @@
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use tokio::sync::{OwnedMutexGuard, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -29,35 +29,154 @@ use tokio_util::sync::CancellationToken;
 use crate::cancel::OrCancel as _;
 use crate::model::Message;
 use crate::permission::{Mode, Policy};
-use crate::store::{Record, Store};
+use crate::store::{Record, SessionMeta, Store};
 use crate::sync::lock;
 
 /// Where a session's records go on disk.
+///
+/// A new session is not on disk until its conversation gets its first
+/// message (the first prompt handed to the turn loop): a session created
+/// and closed, or left when the process ends, without a prompt leaves
+/// nothing behind. Until then the journal keeps the session's metadata and
+/// the updates sent so far in memory ([`Journal::lazy`]); the first message
+/// queues the session's creation, those updates, then the message, in that
+/// order on the store's writer.
 #[derive(Debug, Clone)]
 pub struct Journal {
     store: Arc<Store>,
     session_id: Arc<str>,
+    /// `Some` while the session exists only in memory.
+    pending: Arc<Mutex<Option<Pending>>>,
 }
 
+/// A session not on disk yet.
+#[derive(Debug)]
+struct Pending {
+    meta: SessionMeta,
+    /// Updates sent before the first message, to be written first.
+    updates: Vec<Early>,
+}
+
+/// A record of a session not on disk yet.
+#[derive(Debug)]
+enum Early {
+    /// An update line as sent.
+    Line(Vec<u8>),
+    /// Streamed text (the prompt's own chunks come before its message).
+    Chunk(crate::store::Chunk),
+}
+
+/// Most updates kept for a session not on disk yet (the slash commands, a
+/// mode or model switch, a notice: a handful in practice); later ones are
+/// not saved, and replay leaves such state updates out anyway.
+const MAX_PENDING_UPDATES: usize = 256;
+
 impl Journal {
-    /// The journal of session `session_id` in `store`.
+    /// The journal of session `session_id`, which is in `store`.
     pub fn new(store: Arc<Store>, session_id: Arc<str>) -> Self {
-        Self { store, session_id }
+        Self { store, session_id, pending: Arc::new(Mutex::new(None)) }
     }
 
-    /// Appends one record.
+    /// The journal of a new session, created in `store` with `meta` when
+    /// its first message is recorded.
+    pub fn lazy(store: Arc<Store>, meta: SessionMeta) -> Self {
+        let session_id = Arc::from(meta.session_id.as_str());
+        Self { store, session_id, pending: Arc::new(Mutex::new(Some(Pending { meta, updates: Vec::new() }))) }
+    }
+
+    fn pending(&self) -> MutexGuard<'_, Option<Pending>> {
+        lock(&self.pending)
+    }
+
+    /// The session's metadata while it is not on disk yet.
+    pub fn pending_meta(&self) -> Option<SessionMeta> {
+        self.pending().as_ref().map(|pending| pending.meta.clone())
+    }
+
+    /// Appends one record. A message (or a reset to some messages) puts a
+    /// new session on disk first.
     pub fn record(&self, record: &Record) {
+        match record {
+            Record::Message(_) => self.materialize(),
+            // `/clear` before any prompt: there is nothing to keep, nor to save it for.
+            Record::Reset(messages) if messages.is_empty() && self.pending().is_some() => return,
+            Record::Reset(_) => self.materialize(),
+            Record::Update(line) => {
+                let mut pending = self.pending();
+                if let Some(pending) = pending.as_mut() {
+                    if pending.updates.len() < MAX_PENDING_UPDATES {
+                        pending.updates.push(Early::Line(line.clone().into_bytes()));
+                    }
+                    return;
+                }
+            }
+            Record::Chunk(chunk) => return self.record_chunk(chunk.clone()),
+        }
         self.store.append(&self.session_id, record);
     }
 
     /// Appends one `session/update` line exactly as it was sent.
     pub fn record_update_line(&self, line: Vec<u8>) {
+        let mut pending = self.pending();
+        if let Some(pending) = pending.as_mut() {
+            if pending.updates.len() < MAX_PENDING_UPDATES {
+                pending.updates.push(Early::Line(line));
+            }
+            return;
+        }
+        drop(pending);
         self.store.append_raw_update(&self.session_id, line);
     }
 
     /// Appends streamed text, merged with the chunks of its message.
     pub fn record_chunk(&self, chunk: crate::store::Chunk) {
+        let mut pending = self.pending();
+        if let Some(pending) = pending.as_mut() {
+            if pending.updates.len() < MAX_PENDING_UPDATES {
+                pending.updates.push(Early::Chunk(chunk));
+            }
+            return;
+        }
+        drop(pending);
         self.store.append_chunk(&self.session_id, chunk);
+    }
+
+    /// Saves the session's metadata (in memory while it is not on disk yet).
+    pub fn save_meta(&self, meta: SessionMeta) {
+        let mut pending = self.pending();
+        match pending.as_mut() {
+            Some(pending) => pending.meta = meta,
+            None => {
+                drop(pending);
+                self.store.save_meta_later(meta);
+            }
+        }
+    }
+
+    /// Puts a session that exists only in memory on disk: its creation and
+    /// the updates kept so far are queued, under the lock, so nothing
+    /// recorded meanwhile can be queued before them.
+    fn materialize(&self) {
+        let mut pending = self.pending();
+        let Some(Pending { meta, updates }) = pending.take() else { return };
+        let created = self.store.create(&meta);
+        for early in updates {
+            match early {
+                Early::Line(line) => self.store.append_raw_update(&self.session_id, line),
+                Early::Chunk(chunk) => self.store.append_chunk(&self.session_id, chunk),
+            }
+        }
+        drop(pending);
+        // The store was proven writable when it opened; should this still
+        // fail, the log says so (the records that follow are dropped).
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let session_id = Arc::clone(&self.session_id);
+            runtime.spawn(async move {
+                if let Err(err) = created.await {
+                    tracing::warn!(session = %session_id, %err, "the session cannot be saved");
+                }
+            });
+        }
     }
 
     /// The store.

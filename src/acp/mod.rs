@@ -37,6 +37,9 @@
 //! - A session is in the table before `session/new` answers, and a loaded one
 //!   before `session/load` answers, with its replay sent before the answer.
 //! - `session/close` answers once the session's log is written and closed.
+//! - A new session goes on disk with its first prompt (see
+//!   [`crate::session::Journal`]): until then it is listed and loadable in
+//!   this process only, and one closed or left at exit unprompted leaves nothing.
 
 mod client;
 mod options;
@@ -170,7 +173,10 @@ where
             line = lines.next_line() => line,
         };
         match line {
-            Ok(Some(Line::Complete(bytes))) => server.handle_line(&bytes),
+            Ok(Some(Line::Complete(bytes))) => {
+                crate::trace::client_message(&bytes);
+                server.handle_line(&bytes)
+            }
             Ok(Some(Line::TooLong(size))) => {
                 tracing::warn!(size, "refusing an oversized message");
                 outbox.respond_err(

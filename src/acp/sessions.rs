@@ -32,7 +32,7 @@ use crate::permission::Mode;
 use crate::prompt::{Environment, Instructions, project_instructions, system_prompt};
 use crate::rpc::encode_notification;
 use crate::session::{Choices, Conversation, Journal, Session, SessionSetup};
-use crate::store::{ChunkKind, ListKey, ListPage, Record, SessionMeta, Store, StoreError, now_rfc3339};
+use crate::store::{ChunkKind, ListKey, ListPage, Record, SessionMeta, SessionSummary, Store, StoreError, now_rfc3339};
 
 /// Whether `session/load`-style setup replays the conversation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,8 +104,9 @@ impl Server {
         lock(&self.sessions).get(&id.0).cloned().ok_or_else(|| session_not_found(id))
     }
 
-    /// `session/new`. The session's directory is queued for creation at once;
-    /// the rest (waiting for it, reading the workspace) runs in a task.
+    /// `session/new`. The session is saved once its first prompt reaches the
+    /// turn loop (a session never prompted leaves nothing on disk); reading
+    /// the workspace runs in a task.
     pub(super) fn new_session(self: &Arc<Self>, id: RequestId, params: Value) {
         let parsed = parse_params::<NewSessionRequest>(with_default_mcp_servers(params))
             .and_then(|request| placement(&request.cwd, &request.additional_directories, &request.mcp_servers));
@@ -126,19 +127,14 @@ impl Server {
             mode: Some(Mode::Ask.id().to_owned()),
             thought_level: choices.thought_level.clone(),
         };
-        let created = self.store.as_ref().map(|store| (Arc::clone(store), store.create(&meta)));
+        // Not on disk until its first prompt reaches the turn loop (see Journal).
+        let journal = match &self.store {
+            Some(store) => Ok(Journal::lazy(Arc::clone(store), meta)),
+            None => Err(self.unsaved_reason.clone()),
+        };
         let server = Arc::clone(self);
         self.tasks.spawn(async move {
-            let journal = async {
-                match created {
-                    Some((store, created)) => match created.await {
-                        Ok(()) => Ok(Journal::new(store, Arc::clone(&session_id))),
-                        Err(err) => Err(err.to_string()),
-                    },
-                    None => Err(server.unsaved_reason.clone()),
-                }
-            };
-            let (journal, files) = tokio::join!(journal, server.read_workspace(&placement));
+            let files = server.read_workspace(&placement).await;
             let start =
                 Start { messages: Vec::new(), choices, mode: Mode::Ask, journal: journal.as_ref().ok().cloned() };
             let session = server.open_session(Arc::clone(&session_id), placement, start, &files.instructions);
@@ -209,6 +205,9 @@ impl Server {
         replaced: Option<Arc<Session>>,
         replay: Replay,
     ) -> Result<(Arc<Session>, Vec<SlashCommand>), RpcError> {
+        // A session created in this process and not prompted yet is not on
+        // disk: it is reopened from what its journal holds.
+        let unsaved = replaced.as_ref().and_then(|old| old.journal()).filter(|j| j.pending_meta().is_some()).cloned();
         if let Some(old) = replaced
             && tokio::time::timeout(WIND_DOWN, old.idle()).await.is_err()
         {
@@ -245,10 +244,14 @@ impl Server {
         let (stored, files) = reading
             .await
             .map_err(|err| RpcError::new(super::INTERNAL_ERROR, format!("Cannot load session {session_id}: {err}")))?;
-        let (mut meta, transcript) = stored.map_err(|err| match err {
-            StoreError::NotFound(_) => session_not_found(session_id),
-            other => RpcError::new(super::INTERNAL_ERROR, format!("Cannot load session {session_id}: {other}")),
-        })?;
+        let unsaved_meta = unsaved.as_ref().and_then(Journal::pending_meta);
+        let (mut meta, transcript) = match (stored, unsaved_meta) {
+            (Err(StoreError::NotFound(_)), Some(meta)) => (meta, Vec::new()),
+            (stored, _) => stored.map_err(|err| match err {
+                StoreError::NotFound(_) => session_not_found(session_id),
+                other => RpcError::new(super::INTERNAL_ERROR, format!("Cannot load session {session_id}: {other}")),
+            })?,
+        };
         let mut placement = placement;
         placement.created_at.clone_from(&meta.created_at);
         let model_key = meta
@@ -263,8 +266,11 @@ impl Server {
         let mode = meta.mode.as_deref().and_then(Mode::from_id).unwrap_or(Mode::Ask);
         meta.cwd = placement.cwd.clone();
         meta.additional_directories = placement.additional_directories.clone();
-        store.save_meta_later(meta.clone());
-        let journal = Journal::new(Arc::clone(store), Arc::clone(&session_id.0));
+        let journal = match unsaved.filter(|journal| journal.pending_meta().is_some()) {
+            Some(journal) => journal,
+            None => Journal::new(Arc::clone(store), Arc::clone(&session_id.0)),
+        };
+        journal.save_meta(meta.clone());
         let start = Start { messages: transcript, choices, mode, journal: Some(journal) };
         let session = self.open_session(Arc::clone(&session_id.0), placement, start, &files.instructions);
         session.set_title(meta.title);
@@ -364,10 +370,7 @@ impl Server {
 
     /// Writes the session's current state to its metadata.
     pub(super) fn save_meta(&self, session: &Session) {
-        let Some(store) = &self.store else { return };
-        if session.journal().is_none() {
-            return;
-        }
+        let Some(journal) = session.journal() else { return };
         let choices = session.choices();
         let created_at = session.setup().created_at.clone();
         let meta = SessionMeta {
@@ -381,7 +384,7 @@ impl Server {
             mode: Some(session.mode().id().to_owned()),
             thought_level: choices.thought_level,
         };
-        store.save_meta_later(meta);
+        journal.save_meta(meta);
     }
 
     /// `session/list`: every saved session's metadata is read in a task,
@@ -400,9 +403,15 @@ impl Server {
             Some(Err(error)) => return self.outbox.respond_err(&id, &error),
         };
         let written = store.written();
+        let after_key = after.clone();
+        // Sessions open here and not prompted yet are listed too (they are
+        // not on disk, and leave nothing there if they never are prompted).
+        let unsaved: Vec<SessionMeta> =
+            lock(&self.sessions).values().filter_map(|session| session.journal()?.pending_meta()).collect();
         let outbox = self.outbox.clone();
         self.tasks.spawn(async move {
             written.wait().await;
+            let cwd = request.cwd.clone();
             let page =
                 tokio::task::spawn_blocking(move || store.list(request.cwd.as_deref(), after.as_ref(), PAGE_SIZE))
                     .await
@@ -410,6 +419,7 @@ impl Server {
                         tracing::warn!(%err, "listing the saved sessions failed");
                         ListPage::default()
                     });
+            let page = with_unsaved(page, unsaved, cwd.as_deref(), after_key.as_ref(), PAGE_SIZE);
             outbox.respond_ok(&id, &list_response(page));
         });
     }
@@ -512,6 +522,51 @@ fn list_response(page: ListPage) -> ListSessionsResponse {
         response = response.next_cursor(format!("{}/{}", next.updated_at, next.session_id));
     }
     response
+}
+
+/// `page` with the sessions open in this process and not saved yet
+/// (`unsaved`) that fall in its place of the list order: so a session just
+/// created is listed like a saved one, and paging stays whole.
+fn with_unsaved(
+    page: ListPage,
+    unsaved: Vec<SessionMeta>,
+    cwd: Option<&std::path::Path>,
+    after: Option<&ListKey>,
+    limit: usize,
+) -> ListPage {
+    fn key(summary: &SessionSummary) -> (std::cmp::Reverse<&str>, &str) {
+        (std::cmp::Reverse(summary.updated_at.as_str()), summary.session_id.as_str())
+    }
+    let after = after.map(|k| (std::cmp::Reverse(k.updated_at.as_str()), k.session_id.as_str()));
+    let next = page.next.as_ref().map(|k| (std::cmp::Reverse(k.updated_at.as_str()), k.session_id.as_str()));
+    let mut extra: Vec<SessionSummary> = unsaved
+        .into_iter()
+        .filter(|meta| cwd.is_none_or(|cwd| meta.cwd == cwd))
+        .map(|meta| SessionSummary {
+            session_id: meta.session_id,
+            cwd: meta.cwd,
+            additional_directories: meta.additional_directories,
+            title: meta.title,
+            updated_at: meta.updated_at,
+        })
+        .filter(|summary| {
+            after.is_none_or(|after| key(summary) > after) && next.is_none_or(|next| key(summary) <= next)
+        })
+        .collect();
+    if extra.is_empty() {
+        return page;
+    }
+    let more_saved = page.next.is_some();
+    let mut sessions = page.sessions;
+    sessions.append(&mut extra);
+    sessions.sort_by(|a, b| key(a).cmp(&key(b)));
+    let truncated = sessions.len() > limit;
+    sessions.truncate(limit);
+    let next = (truncated || more_saved)
+        .then(|| sessions.last())
+        .flatten()
+        .map(|last| ListKey { updated_at: last.updated_at.clone(), session_id: last.session_id.clone() });
+    ListPage { sessions, next }
 }
 
 /// The place a `nextCursor` names.
@@ -817,6 +872,87 @@ impl<'a> Replayer<'a> {
 mod tests {
     use super::*;
     use crate::store::Chunk;
+
+    fn summary(id: &str, updated_at: &str, cwd: &str) -> SessionSummary {
+        SessionSummary {
+            session_id: id.to_owned(),
+            cwd: PathBuf::from(cwd),
+            additional_directories: Vec::new(),
+            title: None,
+            updated_at: updated_at.to_owned(),
+        }
+    }
+
+    fn meta(id: &str, updated_at: &str, cwd: &str) -> SessionMeta {
+        SessionMeta {
+            session_id: id.to_owned(),
+            cwd: PathBuf::from(cwd),
+            additional_directories: Vec::new(),
+            title: None,
+            created_at: updated_at.to_owned(),
+            updated_at: updated_at.to_owned(),
+            model: None,
+            mode: None,
+            thought_level: None,
+        }
+    }
+
+    /// Saved sessions in the index's order and paging (most recent first, then id).
+    fn saved_page(saved: &[SessionSummary], after: Option<&ListKey>, limit: usize) -> ListPage {
+        let key = |s: &SessionSummary| (std::cmp::Reverse(s.updated_at.clone()), s.session_id.clone());
+        let mut rest: Vec<SessionSummary> = saved
+            .iter()
+            .filter(|s| after.is_none_or(|a| key(s) > (std::cmp::Reverse(a.updated_at.clone()), a.session_id.clone())))
+            .cloned()
+            .collect();
+        rest.sort_by_key(key);
+        let more = rest.len() > limit;
+        rest.truncate(limit);
+        let next = more
+            .then(|| rest.last())
+            .flatten()
+            .map(|last| ListKey { updated_at: last.updated_at.clone(), session_id: last.session_id.clone() });
+        ListPage { sessions: rest, next }
+    }
+
+    /// Sessions open and not saved yet join the pages in list order: paging
+    /// through everything shows each session once, in order, pages bounded.
+    #[test]
+    fn unsaved_sessions_join_the_pages_in_order() {
+        let saved: Vec<SessionSummary> = (0..7)
+            .map(|i| summary(&format!("sess_s{i}"), &format!("2026-01-01T00:{:02}:00Z", 50 - i * 7), "/p"))
+            .collect();
+        let unsaved: Vec<SessionMeta> = (0..6)
+            .map(|i| meta(&format!("sess_u{i}"), &format!("2026-01-01T00:{:02}:00Z", 53 - i * 9), "/p"))
+            .chain([meta("sess_elsewhere", "2026-01-01T00:59:00Z", "/q")])
+            .collect();
+        for limit in [1, 2, 3, 5, 50] {
+            let mut shown = Vec::new();
+            let mut after: Option<ListKey> = None;
+            loop {
+                let page = saved_page(&saved, after.as_ref(), limit);
+                let page = with_unsaved(page, unsaved.clone(), Some(std::path::Path::new("/p")), after.as_ref(), limit);
+                assert!(page.sessions.len() <= limit);
+                shown.extend(page.sessions.iter().map(|s| (s.updated_at.clone(), s.session_id.clone())));
+                match page.next {
+                    Some(next) => after = Some(next),
+                    None => break,
+                }
+            }
+            let mut expected: Vec<(String, String)> = saved
+                .iter()
+                .map(|s| (s.updated_at.clone(), s.session_id.clone()))
+                .chain(
+                    unsaved
+                        .iter()
+                        .filter(|m| m.cwd == std::path::Path::new("/p"))
+                        .map(|m| (m.updated_at.clone(), m.session_id.clone())),
+                )
+                .collect();
+            expected.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+            assert_eq!(shown, expected, "pages of {limit}");
+        }
+    }
 
     /// A chunk line as lathe sent (and format 1 logged) it.
     fn chunk(kind: &str, id: &str, text: &str) -> Record {

@@ -75,6 +75,31 @@ pub fn merge(editor: Vec<McpServer>, configured: &[McpServer]) -> Vec<McpServer>
     servers
 }
 
+/// Starts and connects to one server, lists its tools and disconnects
+/// (stopping a local server): `lathe doctor`'s check. The tools' names, or
+/// why the server cannot be used, for the user.
+pub async fn check_server(
+    server: &McpServer,
+    settings: &McpSettings,
+    (cwd, launcher): (&std::path::Path, &Launcher),
+) -> Result<Vec<String>, String> {
+    let http = reqwest::Client::builder()
+        .connect_timeout(settings.startup_timeout)
+        .build()
+        .map_err(|err| format!("lathe cannot make an HTTP client ({err})"));
+    let signals = connection::Signals::new(|| {}, || {});
+    let (connection, tools) = connection::connect(
+        server,
+        (cwd, launcher),
+        http.as_ref().map_err(String::clone),
+        settings.startup_timeout,
+        signals,
+    )
+    .await?;
+    drop(connection);
+    Ok(tools.iter().map(|tool| tool.name.to_string()).collect())
+}
+
 /// A session's MCP servers and their tools. See the module docs.
 pub struct McpHub {
     /// This hub, for the tasks and callbacks it starts.

@@ -435,6 +435,31 @@ impl ModelClient {
         serde_json::from_slice(&body).ok()
     }
 
+    /// `GET {base_url}/models` with the endpoint's headers (auth included):
+    /// the model ids the server lists. For `lathe doctor`, which reads the
+    /// error to tell an unreachable endpoint from a refused key.
+    pub async fn list_models(&self) -> Result<Vec<String>, ModelError> {
+        let request = self
+            .upstream
+            .http
+            .get(self.openai.url("/models"))
+            .query(&self.openai.query())
+            .headers(self.openai.headers())
+            .build()
+            .map_err(|err| ModelError::NotConfigured(format!("cannot build the request: {err}")))?;
+        let body = self.upstream.send_for_json(request).await?;
+        let ids = body
+            .get("data")
+            .or_else(|| body.get("models"))
+            .and_then(serde_json::Value::as_array)
+            .ok_or_else(|| ModelError::InvalidResponse("the answer has no `data` list".to_owned()))?
+            .iter()
+            .filter_map(|entry| entry.get("id").or_else(|| entry.get("name")).and_then(serde_json::Value::as_str))
+            .map(str::to_owned)
+            .collect();
+        Ok(ids)
+    }
+
     /// Sends one streaming request and waits for the response to start.
     /// Dropping the future or the stream closes the connection.
     ///
@@ -535,6 +560,9 @@ impl ResponseStream {
             };
             let deadline = tokio::time::Instant::now() + self.idle_timeout;
             self.idle.as_mut().reset(deadline);
+            if let Some(Ok(event)) = &item {
+                crate::trace::model_event(&event.data);
+            }
             match item {
                 Some(Ok(event)) if event.data == "[DONE]" => {
                     self.done = true;
@@ -594,12 +622,24 @@ impl UpstreamService {
     /// A metadata request: the answer when it is a success, else nothing.
     async fn send_probe(&self, mut request: reqwest::Request) -> Option<reqwest::Response> {
         drop_empty_bearer(&mut request);
-        let response = self.http.execute(request).await.ok()?;
+        crate::trace::model_request(&request);
+        let url = request.url().to_string();
+        let response = match self.http.execute(request).await {
+            Ok(response) => response,
+            Err(err) => {
+                crate::trace::model_error(&url, &describe_reqwest(&err));
+                return None;
+            }
+        };
+        crate::trace::model_response(&response);
         response.status().is_success().then_some(response)
     }
 
-    async fn send(&self, mut request: reqwest::Request) -> Result<reqwest::Response, ModelError> {
+    /// A plain (not streamed) request whose answer is JSON: the parsed
+    /// body, or the same errors as [`UpstreamService::send`].
+    async fn send_for_json(&self, mut request: reqwest::Request) -> Result<serde_json::Value, ModelError> {
         drop_empty_bearer(&mut request);
+        crate::trace::model_request(&request);
         let response = match tokio::time::timeout(self.response_timeout, self.http.execute(request)).await {
             Ok(Ok(response)) => response,
             Ok(Err(err)) => {
@@ -607,6 +647,36 @@ impl UpstreamService {
             }
             Err(_) => return Err(ModelError::ResponseTimeout(self.response_timeout)),
         };
+        crate::trace::model_response(&response);
+        let status = response.status();
+        let body = read_capped(response).await.map_err(ModelError::StreamDropped)?;
+        if !status.is_success() {
+            let message = provider_message(&body, status);
+            crate::trace::model_error(&self.base_url, &message);
+            return Err(ModelError::Http { status: status.as_u16(), message, retry_after: None });
+        }
+        serde_json::from_slice(&body)
+            .map_err(|err| ModelError::InvalidResponse(format!("a JSON body that does not parse: {err}")))
+    }
+
+    async fn send(&self, mut request: reqwest::Request) -> Result<reqwest::Response, ModelError> {
+        drop_empty_bearer(&mut request);
+        crate::trace::model_request(&request);
+        let url = crate::trace::enabled().then(|| request.url().to_string());
+        let failed = |error: ModelError| {
+            if let Some(url) = &url {
+                crate::trace::model_error(url, &error.to_string());
+            }
+            Err(error)
+        };
+        let response = match tokio::time::timeout(self.response_timeout, self.http.execute(request)).await {
+            Ok(Ok(response)) => response,
+            Ok(Err(err)) => {
+                return failed(ModelError::Connect { url: self.base_url.clone(), detail: describe_reqwest(&err) });
+            }
+            Err(_) => return failed(ModelError::ResponseTimeout(self.response_timeout)),
+        };
+        crate::trace::model_response(&response);
         let status = response.status();
         if !status.is_success() {
             let retry_after = response
@@ -615,7 +685,7 @@ impl UpstreamService {
                 .and_then(|v| v.to_str().ok())
                 .and_then(parse_retry_after);
             let body = read_capped(response).await.unwrap_or_default();
-            return Err(ModelError::Http {
+            return failed(ModelError::Http {
                 status: status.as_u16(),
                 message: provider_message(&body, status),
                 retry_after,

@@ -1,0 +1,7 @@
+//! lathe's terminal commands other than the front end itself: `lathe
+//! sessions` (the store, from a shell) and `lathe init` (a config file from
+//! a preset). Each writes to the `Write` it is given (the binary passes
+//! stdout); none knows ACP.
+
+pub mod init;
+pub mod sessions;

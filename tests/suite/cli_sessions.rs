@@ -1,0 +1,221 @@
+//! `lathe sessions`: a session made over ACP (the real binary) is listed,
+//! shown as Markdown, removed; old sessions are pruned and recent ones kept.
+//! The commands run in process on the same data directory, and once
+//! through the binary for its wiring.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use lathe::cli::sessions::{SessionsCommand, SessionsError, run};
+
+use crate::support::acp_client::prompt;
+use crate::support::harness::Harness;
+use crate::support::mock_openai::text_reply;
+
+/// Where the harness's agent saves sessions.
+fn data_dir(h: &Harness) -> PathBuf {
+    h.home.path().join(".local/share/lathe")
+}
+
+async fn sessions(command: SessionsCommand, data: &Path) -> (Result<(), SessionsError>, String, String) {
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let result = run(command, Some(data), &mut out, &mut err).await;
+    (result, String::from_utf8(out).unwrap(), String::from_utf8(err).unwrap())
+}
+
+/// A session with one prompt and its answer; returns its id.
+async fn prompted_session(h: &mut Harness, said: &str, answer: &str) -> String {
+    let session = h.session().await;
+    h.mock.push(text_reply(answer));
+    let id = prompt(&mut h.agent, &session, said).await;
+    let (_, response) = h.agent.response(id).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    session
+}
+
+async fn stop(h: &mut Harness) {
+    h.agent.close_stdin();
+    h.agent.wait_exit(Duration::from_secs(10)).await.expect("lathe exits when stdin closes");
+}
+
+#[tokio::test]
+async fn a_session_is_listed_shown_and_removed() {
+    let mut h = Harness::start().await;
+    let session = prompted_session(&mut h, "Explain the build", "It uses cargo.").await;
+    stop(&mut h).await;
+    let data = data_dir(&h);
+
+    let (result, listed, _) = sessions(SessionsCommand::List { cwd: None, json: false }, &data).await;
+    result.unwrap();
+    let line = listed.lines().find(|line| line.starts_with(&session)).unwrap_or_else(|| panic!("{listed}"));
+    assert!(line.contains(&h.project.display().to_string()) && line.contains("Explain the build"), "{line}");
+    let elsewhere = SessionsCommand::List { cwd: Some(h.home.path().to_path_buf()), json: false };
+    let (_, listed, _) = sessions(elsewhere, &data).await;
+    assert_eq!(listed.trim(), "no sessions", "--cwd filters");
+    let (_, json, _) = sessions(SessionsCommand::List { cwd: Some(h.project.clone()), json: true }, &data).await;
+    let meta: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
+    assert_eq!(meta["sessionId"], session.as_str());
+
+    // A unique prefix is enough.
+    let (result, shown, _) = sessions(SessionsCommand::Show { id: session[..12].to_owned() }, &data).await;
+    result.unwrap();
+    assert!(shown.starts_with("# Explain the build"), "{shown}");
+    let asked = shown.find("## User\n\nExplain the build").unwrap_or_else(|| panic!("{shown}"));
+    let answered = shown.find("## Assistant\n\nIt uses cargo.").unwrap_or_else(|| panic!("{shown}"));
+    assert!(asked < answered);
+
+    let (result, out, _) = sessions(SessionsCommand::Rm { ids: vec![session.clone()] }, &data).await;
+    result.unwrap();
+    assert_eq!(out.trim(), format!("removed {session}"));
+    let (_, listed, _) = sessions(SessionsCommand::List { cwd: None, json: false }, &data).await;
+    assert_eq!(listed.trim(), "no sessions");
+    let (result, _, err) = sessions(SessionsCommand::Rm { ids: vec![session.clone()] }, &data).await;
+    assert!(matches!(result, Err(SessionsError::Partly(1))), "{result:?}");
+    assert!(err.contains("no stored session"), "{err}");
+    let (result, _, _) = sessions(SessionsCommand::Show { id: session }, &data).await;
+    assert!(result.unwrap_err().to_string().contains("no stored session"));
+}
+
+#[tokio::test]
+async fn prune_removes_only_what_is_older() {
+    let mut h = Harness::start().await;
+    let old = prompted_session(&mut h, "Old question", "Old answer.").await;
+    let recent = prompted_session(&mut h, "New question", "New answer.").await;
+    stop(&mut h).await;
+    let data = data_dir(&h);
+    // Last used long ago (the store keeps this time in the session's metadata).
+    let meta_path = data.join("sessions").join(&old).join("meta.json");
+    let mut meta: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&meta_path).unwrap()).unwrap();
+    meta["updatedAt"] = "2020-01-01T00:00:00Z".into();
+    std::fs::write(&meta_path, meta.to_string()).unwrap();
+
+    let month = Duration::from_secs(30 * 24 * 3600);
+    let (result, out, _) = sessions(SessionsCommand::Prune { older_than: month, dry_run: true }, &data).await;
+    result.unwrap();
+    assert!(out.contains(&format!("would remove {old}")) && !out.contains(&recent), "{out}");
+    assert!(meta_path.exists(), "a dry run removes nothing");
+
+    let (result, out, _) = sessions(SessionsCommand::Prune { older_than: month, dry_run: false }, &data).await;
+    result.unwrap();
+    assert!(out.contains(&format!("removed {old}")) && out.contains("1 session removed"), "{out}");
+    let (_, listed, _) = sessions(SessionsCommand::List { cwd: None, json: false }, &data).await;
+    assert!(listed.contains(&recent) && !listed.contains(&old), "{listed}");
+}
+
+/// The binary: `lathe sessions list` and `show` on the default data directory.
+#[tokio::test]
+async fn the_binary_lists_and_shows() {
+    let mut h = Harness::start().await;
+    let session = prompted_session(&mut h, "Through the binary", "Yes.").await;
+    stop(&mut h).await;
+    let lathe = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_lathe"))
+            .args(args)
+            .env("HOME", h.home.path())
+            .env("XDG_DATA_HOME", h.home.path().join(".local/share"))
+            .env_remove("LATHE_DATA_DIR")
+            .env_remove("LATHE_TRACE")
+            .output()
+            .unwrap()
+    };
+    let listed = lathe(&["sessions", "list"]);
+    assert!(listed.status.success(), "{}", String::from_utf8_lossy(&listed.stderr));
+    assert!(String::from_utf8_lossy(&listed.stdout).contains(&session));
+    let shown = lathe(&["sessions", "show", &session]);
+    assert!(String::from_utf8_lossy(&shown.stdout).contains("Through the binary"));
+    let missing = lathe(&["sessions", "show", "sess_nope"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no stored session sess_nope"));
+}
+
+/// A session whose prompt never reached the turn loop is not kept: closed,
+/// or left when lathe exits, it leaves no folder. Until then it is a
+/// session like any other in this process: listed, and loadable right
+/// after `session/new`. A prompted one is kept.
+#[tokio::test]
+async fn a_session_never_prompted_leaves_nothing() {
+    let mut h = Harness::start().await;
+    let sessions_dir = data_dir(&h).join("sessions");
+    let closed = h.session().await;
+    let id = h.agent.request("session/new", serde_json::json!({"cwd": h.project, "mcpServers": []})).await;
+    let left = h.agent.response(id).await.1["result"]["sessionId"].as_str().unwrap().to_owned();
+    let kept = prompted_session_in(&mut h, "Keep me", "Kept.").await;
+
+    let id = h.agent.request("session/close", serde_json::json!({"sessionId": closed})).await;
+    assert_eq!(h.agent.response(id).await.1["result"], serde_json::json!({}));
+    assert!(!sessions_dir.join(&closed).exists(), "closed without a prompt: nothing on disk");
+
+    // Still open: listed, and loadable in this process (ACP's new then load).
+    let id = h.agent.request("session/list", serde_json::json!({})).await;
+    let (_, listed) = h.agent.response(id).await;
+    let listed: Vec<&str> =
+        listed["result"]["sessions"].as_array().unwrap().iter().map(|s| s["sessionId"].as_str().unwrap()).collect();
+    assert!(listed.contains(&left.as_str()) && listed.contains(&kept.as_str()), "{listed:?}");
+    assert!(!listed.contains(&closed.as_str()), "{listed:?}");
+    let params = serde_json::json!({"sessionId": left, "cwd": h.project, "mcpServers": []});
+    let id = h.agent.request("session/load", params).await;
+    let (_, loaded) = h.agent.response(id).await;
+    assert!(loaded.get("result").is_some(), "{loaded}");
+    assert!(!sessions_dir.join(&left).exists());
+
+    stop(&mut h).await;
+    assert!(!sessions_dir.join(&left).exists(), "left when lathe exited without a prompt: nothing on disk");
+    assert!(sessions_dir.join(&kept).join("meta.json").exists(), "a prompted session is kept");
+    let (_, listed, _) = sessions(SessionsCommand::List { cwd: None, json: false }, &data_dir(&h)).await;
+    assert_eq!(listed.lines().count(), 1, "{listed}");
+    assert!(listed.starts_with(&kept));
+}
+
+/// [`prompted_session`] on an agent already initialized.
+async fn prompted_session_in(h: &mut Harness, said: &str, answer: &str) -> String {
+    let id = h.agent.request("session/new", serde_json::json!({"cwd": h.project, "mcpServers": []})).await;
+    let (_, response) = h.agent.response(id).await;
+    let session = response["result"]["sessionId"].as_str().unwrap().to_owned();
+    h.mock.push(text_reply(answer));
+    let id = prompt(&mut h.agent, &session, said).await;
+    let (_, response) = h.agent.response(id).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    session
+}
+
+/// `lathe completions <shell>` and `lathe man` print what clap_complete and
+/// clap_mangen make of the real command line (every subcommand in it);
+/// `lathe init` writes to `--config` once and refuses the second time.
+#[test]
+fn completions_man_and_init_through_the_binary() {
+    let home = tempfile::tempdir().unwrap();
+    let lathe = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_lathe"))
+            .args(args)
+            .env("HOME", home.path())
+            .env("XDG_CONFIG_HOME", home.path().join(".config"))
+            .env_remove("LATHE_CONFIG")
+            .env_remove("LATHE_TRACE")
+            .output()
+            .unwrap()
+    };
+    for shell in ["bash", "zsh", "fish"] {
+        let script = lathe(&["completions", shell]);
+        assert!(script.status.success(), "{shell}");
+        let script = String::from_utf8(script.stdout).unwrap();
+        for word in ["doctor", "sessions", "prune", "older-than", "preset"] {
+            assert!(script.contains(word), "{shell} completion lacks {word}");
+        }
+    }
+    let man = lathe(&["man"]);
+    let man = String::from_utf8(man.stdout).unwrap();
+    assert!(man.starts_with(".ie") && man.contains(".TH lathe 1") && man.contains("doctor"), "{man:.200}");
+
+    let first = lathe(&["init", "--preset", "vllm"]);
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    let written = home.path().join(".config/lathe/config.toml");
+    assert!(String::from_utf8_lossy(&first.stdout).contains(&written.display().to_string()));
+    assert!(std::fs::read_to_string(&written).unwrap().contains("default_model = \"vllm\""));
+    let again = lathe(&["init", "--preset", "ollama"]);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already exists"));
+    assert!(std::fs::read_to_string(&written).unwrap().contains("default_model = \"vllm\""), "untouched");
+    let unknown = lathe(&["init", "--preset", "nope", "--print"]);
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("openrouter"));
+}
