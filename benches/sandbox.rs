@@ -19,7 +19,12 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg").unwrap_or_default().split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn main() {
@@ -81,7 +86,9 @@ fn main() {
             micros(quantile(s, 0.5))
         })
         .collect();
-    println!("| start-up of `true` ({runs} runs each) | median µs | p25 µs | p75 µs | median added to the trampoline |");
+    println!(
+        "| start-up of `true` ({runs} runs each) | median µs | p25 µs | p75 µs | median added to the trampoline |"
+    );
     println!("|---|---:|---:|---:|---:|");
     for ((name, _), (sorted, median)) in variants.iter().zip(samples.iter().zip(&medians)) {
         let added = if name.starts_with("trampoline, sandbox") {

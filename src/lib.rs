@@ -46,7 +46,9 @@ pub mod prompt;
 pub mod rpc;
 pub mod sandbox;
 pub mod session;
+pub mod setup;
 pub mod store;
+pub mod term;
 pub mod tools;
 
 pub use acp::{serve, serve_stdio};

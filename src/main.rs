@@ -47,11 +47,18 @@ enum Command {
     /// and kills its process group when lathe dies (see `lathe::child`).
     #[command(name = "sandbox-exec", hide = true)]
     SandboxExec(lathe::child::SandboxExecArgs),
+    /// Run one prompt from the terminal: the answer on stdout, the rest on
+    /// stderr. Exit 0 done, 1 error, 2 usage, 3 stopped short, 130 cancelled.
+    Exec(lathe::term::ExecArgs),
+    /// Chat with lathe on this terminal.
+    Chat(lathe::term::ChatArgs),
 }
 
 fn main() -> ExitCode {
     let mut cli = Cli::parse();
-    if let Some(Command::SandboxExec(args)) = cli.command.take() {
+    if let Some(Command::SandboxExec(_)) = &cli.command
+        && let Some(Command::SandboxExec(args)) = cli.command.take()
+    {
         // Nothing else of lathe runs here: no logging, no config, no runtime.
         return match lathe::child::sandbox_exec(args) {
             Ok(code) => code,
@@ -72,7 +79,10 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    init_logging(cli.log_level.as_deref(), cli.log_file.as_deref())?;
+    // On a terminal front end, stderr is the user's screen: errors only
+    // (what a warning would say, such as a retry, is shown there already).
+    let quiet = matches!(cli.command, Some(Command::Exec(_) | Command::Chat(_)));
+    init_logging(cli.log_level.as_deref(), cli.log_file.as_deref(), quiet)?;
     let env = |name: &str| std::env::var(name).ok();
     let mut config = match Config::load(cli.config.as_deref(), &env) {
         Ok(config) => config,
@@ -90,6 +100,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             None
         }
     };
+    if let Some(command) = cli.command {
+        return run_terminal(config, command);
+    }
     if std::io::stdin().is_terminal() {
         greet(&config);
     }
@@ -103,13 +116,27 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn init_logging(level: Option<&str>, file: Option<&std::path::Path>) -> anyhow::Result<()> {
+/// `lathe exec` and `lathe chat` (see `lathe::term`).
+fn run_terminal(config: Config, command: Command) -> anyhow::Result<ExitCode> {
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
+    let code = match command {
+        Command::Exec(args) => runtime.block_on(lathe::term::exec(config, args)),
+        Command::Chat(args) => lathe::term::chat(config, args, &runtime),
+        Command::SandboxExec(_) => lathe::term::exit::USAGE,
+    };
+    runtime.shutdown_timeout(Duration::from_millis(250));
+    Ok(ExitCode::from(code))
+}
+
+fn init_logging(level: Option<&str>, file: Option<&std::path::Path>, quiet: bool) -> anyhow::Result<()> {
     use tracing_subscriber::EnvFilter;
     let filter = match level {
         Some(level) => {
             EnvFilter::try_new(level).with_context(|| format!("--log-level {level:?} is not a valid filter"))?
         }
-        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn,lathe=info")),
+        None => EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| EnvFilter::new(if quiet { "error" } else { "warn,lathe=info" })),
     };
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     match file {
