@@ -538,6 +538,7 @@ fn mergeable(previous: &Value, next: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Message;
 
     fn chunk(kind: &str, id: &str, text: &str) -> Record {
         Record::Update(json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{

@@ -363,21 +363,15 @@ fn result_lines(paint: Paint, kind: ToolKind, content: Option<&[DisplayContent]>
                 }
                 said = true;
             }
-            DisplayContent::Text(text) if !said => {
-                // Results of reads and searches are for the model; a command's
-                // or a failure's first line is worth a glance.
-                if !ok || kind == ToolKind::Execute {
-                    let first = text.lines().map(str::trim).find(|l| !l.is_empty() && !l.starts_with("```"));
-                    if let Some(first) = first {
-                        let cut: String = first.chars().take(120).collect();
-                        let line = shown(&cut, Lines::One);
-                        lines.push(if ok {
-                            format!("  {}", paint.dim(&line))
-                        } else {
-                            format!("  {}", paint.red(&line))
-                        });
-                        said = true;
-                    }
+            // Results of reads and searches are for the model; a command's
+            // or a failure's first line is worth a glance.
+            DisplayContent::Text(text) if !said && (!ok || kind == ToolKind::Execute) => {
+                let first = text.lines().map(str::trim).find(|l| !l.is_empty() && !l.starts_with("```"));
+                if let Some(first) = first {
+                    let cut: String = first.chars().take(120).collect();
+                    let line = shown(&cut, Lines::One);
+                    lines.push(if ok { format!("  {}", paint.dim(&line)) } else { format!("  {}", paint.red(&line)) });
+                    said = true;
                 }
             }
             _ => {}

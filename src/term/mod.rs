@@ -109,12 +109,15 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// A configured model's key and the reasoning effort its requests carry.
+type ModelKey = (String, Option<String>);
+
 /// The engine as the terminal uses it: the config, the store, model clients.
 pub struct Engine {
     config: Arc<Config>,
     store: Result<Arc<Store>, String>,
     root: CancellationToken,
-    models: Mutex<HashMap<(String, Option<String>), Arc<ModelClient>>>,
+    models: Mutex<HashMap<ModelKey, Arc<ModelClient>>>,
 }
 
 impl Engine {
