@@ -53,6 +53,7 @@ async fn a_prompt_is_streamed_and_rendered_and_ctrl_d_quits() {
         let seen = pty.expect("second item").unwrap();
         let shown = String::from_utf8_lossy(seen.before()).into_owned();
         assert!(shown.contains("very bold"), "{shown:?}");
+        assert!(shown.contains("thinking…"), "a spinner while waiting for the first token: {shown:?}");
         assert!(!shown.contains("**very bold**"), "the Markdown was rendered, not printed: {shown:?}");
         assert!(!shown.contains("- first item"), "list items are rendered as bullets: {shown:?}");
         prompt(&mut pty);
