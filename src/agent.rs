@@ -12,7 +12,7 @@
 //!
 //! Cancellation: every await that can wait (opening the stream, each retry
 //! back-off, each chunk, each permission answer, each tool run) is raced
-//! against the turn's token in a `biased` `select!`, so a stalled upstream or
+//! against the turn's token with [`or_cancel`](crate::cancel::OrCancel::or_cancel), so a stalled upstream or
 //! a silent editor is interrupted, not waited out. A cancelled turn leaves the
 //! conversation valid for the next request: a partial answer is kept and marked as interrupted,
 //! and every tool call the model made gets a result ("cancelled" for the ones
@@ -22,10 +22,10 @@
 use std::ops::Deref;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::cancel::{Cancelled, OrCancel as _};
 use crate::config::{AgentSettings, ContextSettings};
 use crate::model::retry::{self, Decision, Exhausted, Retrier};
 use crate::model::{
@@ -227,10 +227,6 @@ enum Sample {
     Cancelled(Option<StreamDecoder>),
     Failed(TurnError, Option<StreamDecoder>),
 }
-
-/// Time a tool gets to wind down (kill its processes, withdraw its requests)
-/// after the turn is cancelled, before the turn stops waiting for it.
-const TOOL_CANCEL_GRACE: Duration = Duration::from_millis(100);
 
 impl Turn<'_> {
     /// Runs one turn for the user's message, appending to `conversation`.
@@ -485,17 +481,14 @@ impl Turn<'_> {
                     raw_input,
                     choices,
                 };
-                let answer = tokio::select! {
-                    biased;
-                    () = self.cancel.cancelled() => Answer::Cancelled,
-                    answer = workspace.approver.ask(&question) => match answer {
-                        Ok(answer) => answer,
-                        Err(err) => {
-                            let message = format!("Not run: the editor could not ask the user for permission ({err}).");
-                            self.finish_call(&call.id, ToolOutcome::failed(message.clone()));
-                            return (message, Flow::Continue);
-                        }
-                    },
+                let answer = match workspace.approver.ask(&question).or_cancel(self.cancel).await {
+                    Err(Cancelled) => Answer::Cancelled,
+                    Ok(Ok(answer)) => answer,
+                    Ok(Err(err)) => {
+                        let message = format!("Not run: the editor could not ask the user for permission ({err}).");
+                        self.finish_call(&call.id, ToolOutcome::failed(message.clone()));
+                        return (message, Flow::Continue);
+                    }
                 };
                 lock(workspace.policy).remember(&description.access, workspace.roots, answer);
                 answered = Some(answer);
@@ -543,6 +536,10 @@ impl Turn<'_> {
             progress: &progress,
             seen: workspace.seen,
         };
+        let grace = match &runnable {
+            Runnable::Builtin(prepared) => prepared.cancel_grace(workspace.host),
+            Runnable::External(..) => tools::CANCEL_GRACE,
+        };
         let running = async {
             match runnable {
                 Runnable::Builtin(prepared) => tools::run(prepared, &context).await,
@@ -550,12 +547,12 @@ impl Turn<'_> {
             }
         };
         tokio::pin!(running);
-        let outcome = tokio::select! {
-            biased;
-            outcome = &mut running => outcome,
-            () = self.cancel.cancelled() => {
-                // The tool sees the same token; give it a moment to clean up.
-                tokio::time::timeout(TOOL_CANCEL_GRACE, &mut running).await.unwrap_or_else(|_| ToolOutcome::cancelled())
+        let outcome = match (&mut running).or_cancel(self.cancel).await {
+            Ok(outcome) => outcome,
+            // The tool sees the same token; give it a moment to wind down
+            // (or to finish a write it had started).
+            Err(Cancelled) => {
+                tokio::time::timeout(grace, &mut running).await.unwrap_or_else(|_| ToolOutcome::cancelled())
             }
         };
         let flow = if outcome.status == OutcomeStatus::Cancelled || self.cancel.is_cancelled() {
@@ -563,7 +560,12 @@ impl Turn<'_> {
         } else {
             Flow::Continue
         };
-        let for_model = if flow == Flow::Cancelled { CANCELLED_RESULT.to_owned() } else { outcome.for_model.clone() };
+        // A call that finished although the turn was cancelled (a write
+        // that had started) reports what it did: the turn still stops.
+        let for_model = match outcome.status {
+            OutcomeStatus::Cancelled => CANCELLED_RESULT.to_owned(),
+            OutcomeStatus::Completed | OutcomeStatus::Failed => outcome.for_model.clone(),
+        };
         self.finish_call(&call.id, outcome);
         (for_model, flow)
     }
@@ -650,10 +652,8 @@ impl Turn<'_> {
             }
         };
         let ended = loop {
-            let item = tokio::select! {
-                biased;
-                () = self.cancel.cancelled() => break Sample::Cancelled(Some(decoder)),
-                item = stream.next() => item,
+            let Ok(item) = stream.next().or_cancel(self.cancel).await else {
+                break Sample::Cancelled(Some(decoder));
             };
             match item {
                 None => {
@@ -897,11 +897,7 @@ impl Compactor<'_> {
         };
         let mut decoder = StreamDecoder::new("summary_");
         loop {
-            let item = tokio::select! {
-                biased;
-                () = self.cancel.cancelled() => return Ok(None),
-                item = stream.next() => item,
-            };
+            let Ok(item) = stream.next().or_cancel(self.cancel).await else { return Ok(None) };
             match item {
                 None => {
                     decoder.end(&mut |_| {});
@@ -941,11 +937,7 @@ impl<'a> Request<'a> {
 /// Waits (cancellably) until the model's limits are known: the config's, or
 /// the server's answer to a bounded probe. `false` when cancelled first.
 async fn settle_model(client: &ModelClient, cancel: &CancellationToken) -> bool {
-    tokio::select! {
-        biased;
-        () = cancel.cancelled() => false,
-        _ = client.info() => true,
-    }
+    client.info().or_cancel(cancel).await.is_ok()
 }
 
 /// What the user is told, once per session, when the model takes no tools.
@@ -970,14 +962,11 @@ async fn open_retrying(
 ) -> Result<ResponseStream, NotOpened> {
     let mut retrier = Retrier::new(client.retry_policy().clone(), retry::random_seed());
     loop {
-        let opened = tokio::select! {
-            biased;
-            () = cancel.cancelled() => return Err(NotOpened::Cancelled),
-            opened = client.stream(request.system_prompt, messages, &request.tools) => opened,
-        };
+        let opened = client.stream(request.system_prompt, messages, &request.tools).or_cancel(cancel).await;
         let error = match opened {
-            Ok(stream) => return Ok(stream),
-            Err(error) => error,
+            Err(Cancelled) => return Err(NotOpened::Cancelled),
+            Ok(Ok(stream)) => return Ok(stream),
+            Ok(Err(error)) => error,
         };
         let delay = match retrier.after_failure(&error) {
             Decision::Wait(delay) => delay,
@@ -994,10 +983,8 @@ async fn open_retrying(
             message_id: Arc::from(format!("retry_{}", uuid::Uuid::new_v4().simple())),
             text: retry::waiting_message(&error, delay, next_attempt, max_attempts),
         });
-        tokio::select! {
-            biased;
-            () = cancel.cancelled() => return Err(NotOpened::Cancelled),
-            () = tokio::time::sleep(delay) => {}
+        if tokio::time::sleep(delay).or_cancel(cancel).await.is_err() {
+            return Err(NotOpened::Cancelled);
         }
     }
 }
@@ -1153,4 +1140,123 @@ fn keep_interrupted(conversation: &mut Conversation, partial: Option<StreamDecod
         },
     };
     conversation.push(message);
+}
+
+#[cfg(test)]
+mod cancelled_write_tests {
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use futures_util::future::BoxFuture;
+
+    use super::*;
+    use crate::config::{Config, NetworkSettings};
+    use crate::fs_guard::Target;
+    use crate::permission::{ApprovalError, Mode};
+    use crate::tools::local::LocalHost;
+    use crate::tools::{HostError, Terminals};
+
+    #[derive(Default)]
+    struct Recorded(Mutex<Vec<AgentEvent>>);
+
+    impl EventSink for Recorded {
+        fn emit(&self, event: AgentEvent) {
+            self.0.lock().unwrap().push(event);
+        }
+    }
+
+    struct NeverAsked;
+
+    impl Approver for NeverAsked {
+        fn ask<'a>(&'a self, _: &'a PermissionQuestion) -> BoxFuture<'a, Result<Answer, ApprovalError>> {
+            Box::pin(async { panic!("full-auto mode asks nothing") })
+        }
+    }
+
+    /// The local disk, with the user's cancel landing while a write runs,
+    /// which then takes `slow` more to finish.
+    struct CancelMidWrite {
+        cancel: CancellationToken,
+        slow: Duration,
+    }
+
+    impl Host for CancelMidWrite {
+        fn read_text_file<'a>(&'a self, target: &'a Target) -> BoxFuture<'a, Result<String, HostError>> {
+            LocalHost.read_text_file(target)
+        }
+        fn write_text_file<'a>(&'a self, target: &'a Target, content: &'a str) -> BoxFuture<'a, Result<(), HostError>> {
+            Box::pin(async move {
+                let written = LocalHost.write_text_file(target, content).await;
+                self.cancel.cancel();
+                tokio::time::sleep(self.slow).await;
+                written
+            })
+        }
+        fn reads_via_client(&self) -> bool {
+            false
+        }
+        fn writes_in_place(&self) -> bool {
+            false
+        }
+        fn write_finishes_once_started(&self) -> bool {
+            true
+        }
+        fn terminals(&self) -> Option<&dyn Terminals> {
+            None
+        }
+    }
+
+    /// Issue 12 item 3: the model hears what a write that finished during a
+    /// cancel did (and the user sees it completed); the turn still stops. A
+    /// write slower than the usual wind-down grace is waited for too.
+    #[tokio::test(start_paused = true)]
+    async fn a_write_finished_during_a_cancel_is_reported_as_done() {
+        for slow in [Duration::ZERO, tools::CANCEL_GRACE * 3] {
+            write_during_a_cancel(slow).await;
+        }
+    }
+
+    async fn write_during_a_cancel(slow: Duration) {
+        let dir = tempfile::tempdir().unwrap();
+        let roots = vec![dir.path().to_path_buf()];
+        let config = Config::from_env(&|_| None);
+        let model = config.default_model().unwrap().clone();
+        let client = ModelClient::new(Arc::new(model), &NetworkSettings::default()).unwrap();
+        let cancel = CancellationToken::new();
+        let host = CancelMidWrite { cancel: cancel.clone(), slow };
+        let events = Recorded::default();
+        let policy = Mutex::new(Policy::new(Mode::FullAuto));
+        let limits = ToolLimits::default();
+        let seen = tools::versions::FileVersions::default();
+        let turn = Turn {
+            client: &client,
+            settings: &config.agent,
+            events: &events,
+            cancel: &cancel,
+            workspace: Workspace {
+                cwd: dir.path(),
+                roots: &roots,
+                host: &host,
+                approver: &NeverAsked,
+                policy: &policy,
+                limits: &limits,
+                seen: &seen,
+            },
+            tools: tools::definitions_with(false),
+            external: None,
+            context: &config.context,
+        };
+        let call = ToolCallRequest {
+            id: "call_1".into(),
+            name: "write_file".into(),
+            arguments: r#"{"path": "new.txt", "content": "hello\n"}"#.into(),
+        };
+        let (for_model, flow) = turn.run_tool(&call).await;
+        assert_eq!(flow, Flow::Cancelled, "the turn stops");
+        assert_eq!(for_model, "Created new.txt (1 line).");
+        assert_eq!(std::fs::read_to_string(dir.path().join("new.txt")).unwrap(), "hello\n");
+        let last = events.0.lock().unwrap().last().cloned();
+        let Some(AgentEvent::ToolCallUpdated { change, .. }) = last else { panic!("no final update: {last:?}") };
+        assert_eq!(change.status, Some(ToolCallStatus::Completed));
+    }
 }

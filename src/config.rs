@@ -41,6 +41,8 @@ pub struct Config {
     pub mcp_servers: Vec<McpServer>,
     /// Which optional built-in tools are offered (`[tools]`).
     pub tools: ToolSettings,
+    /// How long saved sessions are kept (`[sessions]`).
+    pub sessions: SessionSettings,
     /// lathe's own config directory (`$XDG_CONFIG_HOME/lathe`): user-level
     /// `AGENTS.md` and slash commands live there. `None` when unknown.
     pub user_dir: Option<PathBuf>,
@@ -366,6 +368,14 @@ impl Default for ToolSettings {
     }
 }
 
+/// How long saved sessions are kept.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SessionSettings {
+    /// Sessions not updated for this many days are deleted at start-up;
+    /// `None` (the default) keeps every session.
+    pub keep_days: Option<u32>,
+}
+
 /// Time limits for MCP servers.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct McpSettings {
@@ -500,6 +510,8 @@ struct ConfigToml {
     child_env: ChildEnvToml,
     #[serde(default)]
     sandbox: SandboxToml,
+    #[serde(default)]
+    sessions: SessionsToml,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -509,6 +521,12 @@ struct SandboxToml {
     network: Option<bool>,
     #[serde(default)]
     writable: Vec<String>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct SessionsToml {
+    keep_days: Option<u32>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -699,6 +717,7 @@ impl Config {
             mcp: McpSettings::default(),
             mcp_servers: Vec::new(),
             tools: ToolSettings::default(),
+            sessions: SessionSettings::default(),
             user_dir: user_dir(env),
             data_dir: None,
             children: ChildSettings { secret_vars: vec![OPENAI_KEY_ENV.to_owned()], ..ChildSettings::default() },
@@ -917,6 +936,15 @@ impl Config {
             .into_iter()
             .map(|(name, server)| mcp_server(name, server, env).map_err(|(key, message)| invalid(&key, message)))
             .collect::<Result<Vec<_>, _>>()?;
+        let sessions = match raw.sessions.keep_days {
+            Some(0) => {
+                return Err(invalid(
+                    "sessions.keep_days",
+                    "0 would delete every session at start-up (minimum 1; leave it out to keep all)".to_owned(),
+                ));
+            }
+            keep_days => SessionSettings { keep_days },
+        };
         Ok(Config {
             source: ConfigSource::File(path.to_path_buf()),
             default_model,
@@ -928,6 +956,7 @@ impl Config {
             mcp,
             mcp_servers,
             tools: ToolSettings { fetch: raw.tools.fetch.unwrap_or(ToolSettings::default().fetch) },
+            sessions,
             user_dir: user_dir(env),
             data_dir: None,
             children,
@@ -1314,6 +1343,13 @@ max_output_tokens = 8192
         assert!(config.models.len() >= 6, "presets for OpenAI, OpenRouter, Ollama, vLLM, llama.cpp, LM Studio");
         assert_eq!(config.mcp, McpSettings::default());
         assert_eq!(config.tools, ToolSettings { fetch: true });
+        assert_eq!(config.sessions, SessionSettings::default(), "sessions are kept unless keep_days is set");
+        let pruning = text.replace("\n# keep_days = 90\n", "\nkeep_days = 90\n");
+        let pruning = Config::from_toml_str(&pruning, Path::new("config.example.toml"), &no_env).unwrap();
+        assert_eq!(pruning.sessions, SessionSettings { keep_days: Some(90) });
+        let zero = text.replace("\n# keep_days = 90\n", "\nkeep_days = 0\n");
+        let err = Config::from_toml_str(&zero, Path::new("config.example.toml"), &no_env).unwrap_err().to_string();
+        assert!(err.contains("sessions.keep_days"), "{err}");
         let off = text.replace("\nfetch = true\n", "\nfetch = false\n");
         let off = Config::from_toml_str(&off, Path::new("config.example.toml"), &no_env).unwrap();
         assert_eq!(off.tools, ToolSettings { fetch: false }, "[tools] fetch = false turns the tool off");

@@ -35,6 +35,7 @@
 
 pub mod acp;
 pub mod agent;
+pub mod cancel;
 pub mod child;
 pub mod commands;
 pub mod config;

@@ -51,6 +51,11 @@ impl Journal {
         self.store.append_raw_update(&self.session_id, line);
     }
 
+    /// Appends streamed text, merged with the chunks of its message.
+    pub fn record_chunk(&self, chunk: crate::store::Chunk) {
+        self.store.append_chunk(&self.session_id, chunk);
+    }
+
     /// The store.
     pub fn store(&self) -> &Arc<Store> {
         &self.store

@@ -1,8 +1,9 @@
 //! Session set-up that every front end shares (the editor's, [`crate::acp`],
 //! and the terminal's, [`crate::term`]): a session opened with its system
-//! prompt, history, journal and MCP servers; its metadata; the transcript
-//! recovered from its log; what a prompt asks for (a turn or a built-in
+//! prompt, history, journal and MCP servers; its metadata; what a prompt asks for (a turn or a built-in
 //! command); the title it gives a session; the limits its tools run under.
+//! (The transcript a stored session continues from is read with its replay,
+//! in [`crate::acp::stored_transcript`].)
 //!
 //! It knows the engine (sessions, the store, prompts, commands) and nothing
 //! of any front end: no ACP types, no terminal.
@@ -19,7 +20,7 @@ use crate::model::{Message, ModelClient, ModelError, UserPart};
 use crate::permission::Mode;
 use crate::prompt::{Environment, Instructions, project_instructions, system_prompt};
 use crate::session::{Choices, Conversation, Journal, Session, SessionSetup};
-use crate::store::{Record, SessionMeta, now_rfc3339};
+use crate::store::{SessionMeta, now_rfc3339};
 use crate::tools::ToolLimits;
 
 const INIT_PROMPT: &str = include_str!("../prompts/init.md");
@@ -205,35 +206,6 @@ pub fn tool_limits(config: &Config) -> ToolLimits {
         fetch_idle_timeout: network.stream_idle_timeout,
         ..defaults
     }
-}
-
-/// The model transcript a log describes, repaired if the process died mid-turn.
-pub fn recover_transcript(records: &[Record]) -> Vec<Message> {
-    let mut messages = Vec::new();
-    // Answer text the user saw after the last transcript change.
-    let mut streamed = String::new();
-    for record in records {
-        match record {
-            Record::Message(message) => {
-                messages.push(message.clone());
-                streamed.clear();
-            }
-            Record::Reset(replacement) => {
-                messages.clone_from(replacement);
-                streamed.clear();
-            }
-            Record::Update(notification) => {
-                let update = &notification["params"]["update"];
-                if update["sessionUpdate"] == "agent_message_chunk"
-                    && let Some(text) = update["content"]["text"].as_str()
-                {
-                    streamed.push_str(text);
-                }
-            }
-        }
-    }
-    crate::agent::repair_transcript(&mut messages, streamed);
-    messages
 }
 
 /// What a prompt asks for.

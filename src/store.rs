@@ -1,8 +1,10 @@
 //! Sessions on disk: one directory per session under the data directory,
 //! holding `meta.json` (id, cwd, title, timestamps, model, mode) and
-//! `log.jsonl`, an append-only log of everything that happened, in order:
-//! each `session/update` exactly as the editor received it, and each change
-//! to the model transcript.
+//! `log.jsonl`, an append-only journal of everything that happened, in
+//! order: what the editor was sent (`session/update`s, with consecutive
+//! streamed chunks of one message merged into one record) and each change to
+//! the model transcript. The line formats, versioned, are in [`journal`];
+//! the list of sessions is kept in an [`index`] beside the directory.
 //!
 //! Why JSON Lines and not SQLite: the log is append-only and read back whole,
 //! in order, which is exactly what a line-per-record file does, with no
@@ -16,6 +18,9 @@
 //! temporary file, then rename), close and delete. So a turn never waits on
 //! the disk, a kill loses at most what is still queued, and a reader that
 //! first waits for [`Store::written`] sees every change asked for before it.
+//! Streamed chunks are held by the writer until their message ends (the next
+//! record of that session) or for at most [`CHUNK_FLUSH`], then written as
+//! one record: a kill loses at most that much of an answer being streamed.
 //! Reads (load, list) block, and are for callers off the async threads.
 //!
 //! Honest about what it keeps: everything is private to the user (0700
@@ -26,22 +31,26 @@
 //! store was opened with; and [`Store::open`] fails unless it can really
 //! write, so a caller knows up front when nothing will be saved.
 //!
-//! This module knows the record shapes (opaque update JSON, [`Message`]s) but
-//! nothing of ACP semantics or the turn loop.
+//! This module knows the record shapes (opaque update JSON, merged chunk
+//! text, [`Message`]s) but nothing of ACP semantics or the turn loop.
 
-use std::collections::HashSet;
+mod index;
+mod journal;
+
+use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant, SystemTime};
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use tokio::sync::oneshot;
 
 use crate::model::Message;
+pub use index::{ListKey, ListPage, SessionSummary};
+pub use journal::VERSION as JOURNAL_VERSION;
 
 /// What is kept about a session besides its log.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -72,22 +81,41 @@ pub struct SessionMeta {
     pub thought_level: Option<String>,
 }
 
-/// One line of a session log.
+/// One record of a session log.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Record {
-    /// A `session/update` notification, as sent (the whole JSON-RPC message).
-    Update(Value),
+    /// A `session/update` notification as sent: the whole JSON-RPC message,
+    /// without its newline.
+    Update(String),
+    /// Streamed text of one message: consecutive chunks merged.
+    Chunk(Chunk),
     /// A message appended to the model transcript.
     Message(Message),
     /// The transcript was replaced (compaction, `/clear`) by these messages.
     Reset(Vec<Message>),
 }
 
-#[derive(Serialize, Deserialize)]
-#[serde(tag = "lathe", rename_all = "snake_case")]
-enum TranscriptLine {
-    Message { message: Message },
-    Reset { messages: Vec<Message> },
+/// Whose streamed text a [`Chunk`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChunkKind {
+    /// The model's answer (`agent_message_chunk`).
+    Agent,
+    /// The model's reasoning (`agent_thought_chunk`).
+    Thought,
+    /// What the user typed (`user_message_chunk`).
+    User,
+}
+
+/// Streamed plain text of one message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chunk {
+    /// Whose text it is.
+    pub kind: ChunkKind,
+    /// The message it belongs to, when the chunks carried an id.
+    pub message_id: Option<Arc<str>>,
+    /// The text.
+    pub text: String,
 }
 
 /// Why a store operation failed.
@@ -136,7 +164,7 @@ impl StoredSession {
             match record {
                 Record::Message(message) => messages.push(message.clone()),
                 Record::Reset(replacement) => messages.clone_from(replacement),
-                Record::Update(_) => {}
+                Record::Update(_) | Record::Chunk(_) => {}
             }
         }
         messages
@@ -156,18 +184,53 @@ pub struct SaveFailure {
 /// Where the writer thread reports a [`SaveFailure`]; called on that thread.
 pub type FailureSink = Box<dyn Fn(SaveFailure) + Send>;
 
+/// How the store treats old sessions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Retention {
+    /// Sessions not updated for this many days are deleted when the store
+    /// opens; `None` keeps every session.
+    pub keep_days: Option<u32>,
+}
+
 /// The sessions directory and its writer thread.
 pub struct Store {
     root: PathBuf,
     writer: mpsc::Sender<WriterCommand>,
+    index: Arc<index::Shared>,
 }
 
 enum WriterCommand {
-    Append { dir: PathBuf, line: Vec<u8> },
-    Create { meta: Box<SessionMeta>, dir: PathBuf, done: oneshot::Sender<Result<(), StoreError>> },
+    /// An update line as sent, with its newline.
+    Append {
+        dir: PathBuf,
+        line: Vec<u8>,
+    },
+    /// Streamed text, merged with the chunks around it before it is written.
+    Chunk {
+        dir: PathBuf,
+        chunk: Chunk,
+    },
+    /// A transcript change.
+    Transcript {
+        dir: PathBuf,
+        record: Box<Record>,
+    },
+    /// The index changed outside the writer: save it in a while.
+    IndexChanged,
+    Create {
+        meta: Box<SessionMeta>,
+        dir: PathBuf,
+        done: oneshot::Sender<Result<(), StoreError>>,
+    },
     SaveMeta(Box<SessionMeta>, PathBuf),
-    Close { dir: PathBuf, done: oneshot::Sender<()> },
-    Delete { dir: PathBuf, done: oneshot::Sender<Result<(), StoreError>> },
+    Close {
+        dir: PathBuf,
+        done: oneshot::Sender<()>,
+    },
+    Delete {
+        dir: PathBuf,
+        done: oneshot::Sender<Result<(), StoreError>>,
+    },
     Written(oneshot::Sender<()>),
 }
 
@@ -247,11 +310,19 @@ impl Store {
     /// Opens (creating if needed) the store under `data_dir/sessions`, after
     /// checking with a real write that sessions can be saved there. What the
     /// writer later fails to save goes to `failures`.
-    pub fn open(data_dir: &Path, failures: FailureSink) -> Result<Store, StoreError> {
-        Store::open_on(data_dir, RealDisk, failures)
+    /// The session index is loaded (and sessions older than
+    /// `retention.keep_days` deleted) on a thread of its own: lists wait for
+    /// it, nothing else does.
+    pub fn open(data_dir: &Path, retention: Retention, failures: FailureSink) -> Result<Store, StoreError> {
+        Store::open_on(data_dir, retention, RealDisk, failures)
     }
 
-    fn open_on<D: Disk>(data_dir: &Path, disk: D, failures: FailureSink) -> Result<Store, StoreError> {
+    fn open_on<D: Disk>(
+        data_dir: &Path,
+        retention: Retention,
+        disk: D,
+        failures: FailureSink,
+    ) -> Result<Store, StoreError> {
         let root = data_dir.join("sessions");
         create_private_dir(&root).map_err(|source| StoreError::Io {
             action: "cannot create the sessions directory",
@@ -264,11 +335,33 @@ impl Store {
         }
         probe(&root).map_err(|source| StoreError::Io { action: "cannot write in", path: root.clone(), source })?;
         let (writer, commands) = mpsc::channel();
-        let thread = Writer { disk, logs: OpenLogs::new(MAX_OPEN_LOGS, IDLE_LOG), failures, reported: HashSet::new() };
+        let index = Arc::new(index::Shared::default());
+        let index_file = data_dir.join(index::INDEX_FILE);
+        let thread = Writer {
+            disk,
+            logs: OpenLogs::new(MAX_OPEN_LOGS, IDLE_LOG),
+            failures,
+            reported: HashSet::new(),
+            journals: HashMap::new(),
+            index: Arc::clone(&index),
+            index_file: index_file.clone(),
+            index_due: None,
+        };
         std::thread::Builder::new().name("lathe-store".to_owned()).spawn(move || thread.run(&commands)).map_err(
             |source| StoreError::Io { action: "cannot start the store writer for", path: root.clone(), source },
         )?;
-        Ok(Store { root, writer })
+        index.start_loading();
+        let loader =
+            IndexLoader { root: root.clone(), file: index_file, index: Arc::clone(&index), writer: writer.clone() };
+        if let Err(err) =
+            std::thread::Builder::new().name("lathe-index".to_owned()).spawn(move || loader.run(retention))
+        {
+            // Lists then read the folders themselves (an empty index resyncs with them).
+            tracing::warn!(%err, "cannot start loading the session index");
+            index.install(index::Index::default(), true);
+            index.set_ready();
+        }
+        Ok(Store { root, writer, index })
     }
 
     fn dir(&self, id: &str) -> Result<PathBuf, StoreError> {
@@ -293,17 +386,24 @@ impl Store {
         async move { result.await.unwrap_or(Err(StoreError::Stopped)) }
     }
 
-    /// Queues records for appending to a session's log.
+    /// Queues a record for appending to a session's log.
     pub fn append(&self, id: &str, record: &Record) {
         let Ok(dir) = self.dir(id) else { return };
-        let line = match record {
-            Record::Update(value) => serde_json::to_vec(value),
-            Record::Message(message) => serde_json::to_vec(&TranscriptLine::Message { message: message.clone() }),
-            Record::Reset(messages) => serde_json::to_vec(&TranscriptLine::Reset { messages: messages.clone() }),
-        };
-        match line {
-            Ok(line) => self.append_line(dir, line),
-            Err(err) => tracing::error!(%err, "cannot serialise a session record"),
+        match record {
+            Record::Update(sent) => self.append_line(dir, sent.clone().into_bytes()),
+            Record::Chunk(chunk) => self.send(WriterCommand::Chunk { dir, chunk: chunk.clone() }),
+            Record::Message(_) | Record::Reset(_) => {
+                self.send(WriterCommand::Transcript { dir, record: Box::new(record.clone()) });
+            }
+        }
+    }
+
+    /// Queues streamed text: merged with the chunks of the same message
+    /// around it, written when the message ends or [`CHUNK_FLUSH`] after it
+    /// began (whichever is first).
+    pub fn append_chunk(&self, id: &str, chunk: Chunk) {
+        if let Ok(dir) = self.dir(id) {
+            self.send(WriterCommand::Chunk { dir, chunk });
         }
     }
 
@@ -373,41 +473,84 @@ impl Store {
         serde_json::from_str(&text).map_err(|err| StoreError::Corrupt { path, message: err.to_string() })
     }
 
-    /// Loads a session: metadata and every readable log record. Blocking,
-    /// like [`Store::load_meta`].
-    pub fn load(&self, id: &str) -> Result<StoredSession, StoreError> {
+    /// Reads a session: its metadata, then every readable log record, each
+    /// handed to `visit` as it is read. Blocking, like [`Store::load_meta`].
+    pub fn read(&self, id: &str, visit: &mut dyn FnMut(Record)) -> Result<SessionMeta, StoreError> {
         let dir = self.dir(id)?;
         let meta = self.load_meta(id)?;
         let log_path = dir.join(LOG_FILE);
-        let records = match File::open(&log_path) {
-            Ok(file) => read_log(&log_path, file),
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        match File::open(&log_path) {
+            Ok(file) => journal::read(&log_path, BufReader::with_capacity(256 * 1024, file), visit),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
             Err(source) => return Err(StoreError::Io { action: "cannot read", path: log_path, source }),
-        };
+        }
+        Ok(meta)
+    }
+
+    /// Loads a session: metadata and every readable log record. Blocking,
+    /// like [`Store::load_meta`].
+    pub fn load(&self, id: &str) -> Result<StoredSession, StoreError> {
+        let mut records = Vec::new();
+        let meta = self.read(id, &mut |record| records.push(record))?;
         Ok(StoredSession { meta, records })
     }
 
-    /// Every stored session's metadata (unreadable ones are skipped with a
-    /// warning). Blocking, like [`Store::load_meta`].
-    pub fn list(&self) -> Vec<SessionMeta> {
-        let Ok(entries) = std::fs::read_dir(&self.root) else { return Vec::new() };
-        let mut sessions = Vec::new();
-        for entry in entries.flatten() {
-            // Session directories only (not a stray temporary file).
-            if !entry.file_type().is_ok_and(|kind| kind.is_dir()) {
-                continue;
-            }
-            let path = entry.path().join(META_FILE);
-            match std::fs::read_to_string(&path) {
-                Ok(text) => match serde_json::from_str::<SessionMeta>(&text) {
-                    Ok(meta) => sessions.push(meta),
-                    Err(err) => tracing::warn!(path = %path.display(), %err, "skipping an unreadable session"),
-                },
-                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
-                Err(err) => tracing::warn!(path = %path.display(), %err, "skipping an unreadable session"),
+    /// One page of the saved sessions, most recent first: those in `cwd`
+    /// (all when `None`) after `after`, at most `limit`. From the index:
+    /// blocks until it is loaded (at start-up), then costs no file reads
+    /// unless another process created or deleted sessions meanwhile.
+    pub fn list(&self, cwd: Option<&Path>, after: Option<&ListKey>, limit: usize) -> ListPage {
+        self.index.read(&self.root, |index| index.page(cwd, after, limit))
+    }
+
+    /// Whether a session is saved (from the index). Blocking, like [`Store::list`].
+    pub fn contains(&self, id: &str) -> bool {
+        valid_id(id) && self.index.read(&self.root, |index| index.contains(id))
+    }
+}
+
+/// Loads the index at start-up (checked against the folders), installs it,
+/// deletes the sessions retention no longer keeps, then lets lists read it.
+struct IndexLoader {
+    root: PathBuf,
+    file: PathBuf,
+    index: Arc<index::Shared>,
+    writer: mpsc::Sender<WriterCommand>,
+}
+
+impl IndexLoader {
+    fn run(self, retention: Retention) {
+        let started = Instant::now();
+        let (loaded, changed) = index::Index::load(&self.root, &self.file);
+        let old = retention
+            .keep_days
+            .and_then(|days| SystemTime::now().checked_sub(Duration::from_secs(u64::from(days) * 86_400)))
+            .map(|cutoff| loaded.older_than(cutoff))
+            .unwrap_or_default();
+        self.index.install(loaded, changed);
+        let _ = self.writer.send(WriterCommand::IndexChanged);
+        tracing::debug!(elapsed = ?started.elapsed(), "session index loaded");
+        // Deleted by the writer, in order with everything else; lists wait for it.
+        let mut deletions = Vec::new();
+        for id in &old {
+            let (done, deleted) = oneshot::channel();
+            let _ = self.writer.send(WriterCommand::Delete { dir: self.root.join(id), done });
+            deletions.push(deleted);
+        }
+        let mut pruned = 0usize;
+        for deleted in deletions {
+            match deleted.blocking_recv() {
+                Ok(Ok(())) => pruned += 1,
+                Ok(Err(err)) => tracing::warn!(%err, "cannot delete an old session"),
+                Err(_) => {}
             }
         }
-        sessions
+        if let Some(days) = retention.keep_days
+            && pruned > 0
+        {
+            tracing::info!(pruned, days, "deleted sessions not updated for longer than [sessions] keep_days");
+        }
+        self.index.set_ready();
     }
 }
 
@@ -417,42 +560,6 @@ fn probe(root: &Path) -> std::io::Result<()> {
     let mut file = tempfile::Builder::new().prefix(".lathe-probe-").tempfile_in(root)?;
     file.write_all(b"lathe can write here\n")?;
     file.flush()
-}
-
-fn read_log(path: &Path, file: File) -> Vec<Record> {
-    let mut records = Vec::new();
-    for (number, line) in BufReader::new(file).split(b'\n').enumerate() {
-        let line = match line {
-            Ok(line) => line,
-            Err(err) => {
-                tracing::warn!(path = %path.display(), %err, "stopped reading a session log");
-                break;
-            }
-        };
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        let value: Value = match serde_json::from_slice(&line) {
-            Ok(value) => value,
-            Err(err) => {
-                // A torn last line after a crash, or damage: keep everything else.
-                tracing::warn!(path = %path.display(), line = number + 1, %err, "skipping a damaged session log line");
-                continue;
-            }
-        };
-        if value.get("method").is_some() {
-            records.push(Record::Update(value));
-            continue;
-        }
-        match serde_json::from_value::<TranscriptLine>(value) {
-            Ok(TranscriptLine::Message { message }) => records.push(Record::Message(message)),
-            Ok(TranscriptLine::Reset { messages }) => records.push(Record::Reset(messages)),
-            Err(err) => {
-                tracing::warn!(path = %path.display(), line = number + 1, %err, "skipping an unknown session log line")
-            }
-        }
-    }
-    records
 }
 
 /// Replaces a session's metadata atomically (a private temporary file, then rename).
@@ -590,6 +697,20 @@ impl<F: LogFile> OpenLogs<F> {
     }
 }
 
+/// Streamed chunks are held at most this long before they are written.
+pub const CHUNK_FLUSH: Duration = Duration::from_millis(1000);
+
+/// The index is saved at most this long after it changed.
+const INDEX_SAVE: Duration = Duration::from_secs(2);
+
+/// What the writer holds for one session's log between batches.
+#[derive(Default)]
+struct JournalSlot {
+    state: journal::WriterState,
+    /// Streamed text not written yet, and when its first chunk came.
+    pending: Option<(Chunk, Instant)>,
+}
+
 /// The writer thread's state.
 struct Writer<D: Disk> {
     disk: D,
@@ -597,105 +718,282 @@ struct Writer<D: Disk> {
     failures: FailureSink,
     /// Sessions whose failure has been reported: the user hears once.
     reported: HashSet<PathBuf>,
+    /// Per session log: merging chunks, the lines written last.
+    journals: HashMap<PathBuf, JournalSlot>,
+    index: Arc<index::Shared>,
+    index_file: PathBuf,
+    /// When the changed index is to be saved.
+    index_due: Option<Instant>,
+}
+
+/// Lines to append, per log, in the order their logs were first named.
+#[derive(Default)]
+struct Batches(Vec<(PathBuf, Vec<u8>)>);
+
+impl Batches {
+    fn of(&mut self, dir: &Path) -> &mut Vec<u8> {
+        let at = match self.0.iter().position(|(d, _)| d == dir) {
+            Some(at) => at,
+            None => {
+                self.0.push((dir.to_path_buf(), Vec::new()));
+                self.0.len() - 1
+            }
+        };
+        &mut self.0[at].1
+    }
+
+    fn take(&mut self, dir: &Path) -> Option<Vec<u8>> {
+        let at = self.0.iter().position(|(d, _)| d == dir)?;
+        Some(self.0.swap_remove(at).1)
+    }
+}
+
+impl JournalSlot {
+    /// Writes the held chunk, if any, into `out`.
+    fn flush(&mut self, out: &mut Vec<u8>) {
+        if let Some((chunk, _)) = self.pending.take() {
+            self.state.chunk(out, &chunk);
+        }
+    }
 }
 
 impl<D: Disk> Writer<D> {
     /// Whatever is queued is taken in one go: lines for the same log are
     /// joined and written with one system call per log, other commands run
-    /// in order as they come, then waiters are told. Logs idle too long are
-    /// closed as time passes.
+    /// in order as they come, then waiters are told. Streamed chunks wait
+    /// for the end of their message (or [`CHUNK_FLUSH`]); logs idle too long
+    /// are closed and the index saved as time passes.
     fn run(mut self, commands: &mpsc::Receiver<WriterCommand>) {
-        let mut batches: Vec<(PathBuf, Vec<u8>)> = Vec::new();
+        let mut batches = Batches::default();
         loop {
-            let first = match self.logs.next_idle() {
+            let wake = [self.logs.next_idle(), self.next_chunk_flush(), self.index_due].into_iter().flatten().min();
+            let first = match wake {
                 None => commands.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
                 Some(at) => commands.recv_timeout(at.saturating_duration_since(Instant::now())),
             };
             let first = match first {
-                Ok(command) => command,
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    self.logs.close_idle(Instant::now());
-                    continue;
-                }
+                Ok(command) => Some(command),
+                Err(mpsc::RecvTimeoutError::Timeout) => None,
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
             };
             let mut waiting = Vec::new();
-            let mut next = Some(first);
+            let mut next = first;
             while let Some(command) = next {
-                match command {
-                    WriterCommand::Append { dir, line } => match batches.iter_mut().find(|(d, _)| *d == dir) {
-                        Some((_, batch)) => batch.extend_from_slice(&line),
-                        None => batches.push((dir, line)),
-                    },
-                    WriterCommand::Create { meta, dir, done } => {
-                        let created = create_private_dir(&dir).and_then(|()| write_meta(&dir, &meta));
-                        let _ = done.send(created.map_err(|source| StoreError::Io {
-                            action: "cannot create the session",
-                            path: dir,
-                            source,
-                        }));
-                    }
-                    WriterCommand::SaveMeta(meta, dir) => match write_meta(&dir, &meta) {
-                        Ok(()) => {}
-                        // Deleted meanwhile.
-                        Err(err) if err.kind() == std::io::ErrorKind::NotFound && !dir.exists() => {}
-                        Err(err) => self.failed(&dir, "cannot save a session's metadata", &err),
-                    },
-                    WriterCommand::Close { dir, done } => {
-                        if let Some(at) = batches.iter().position(|(d, _)| *d == dir) {
-                            let (dir, bytes) = batches.swap_remove(at);
-                            self.append(&dir, &bytes);
-                        }
-                        self.logs.close(&dir);
-                        waiting.push(done);
-                    }
-                    WriterCommand::Delete { dir, done } => {
-                        batches.retain(|(d, _)| *d != dir);
-                        self.logs.close(&dir);
-                        let deleted = match std::fs::remove_dir_all(&dir) {
-                            Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
-                                Err(StoreError::Io { action: "cannot delete", path: dir, source: err })
-                            }
-                            _ => Ok(()),
-                        };
-                        let _ = done.send(deleted);
-                    }
-                    WriterCommand::Written(done) => waiting.push(done),
-                }
+                self.handle(command, &mut batches, &mut waiting);
                 next = commands.try_recv().ok();
             }
-            for (dir, bytes) in std::mem::take(&mut batches) {
+            let now = Instant::now();
+            for (dir, slot) in &mut self.journals {
+                if slot.pending.as_ref().is_some_and(|(_, since)| now.saturating_duration_since(*since) >= CHUNK_FLUSH)
+                {
+                    slot.flush(batches.of(dir));
+                }
+            }
+            for (dir, bytes) in std::mem::take(&mut batches.0) {
                 self.append(&dir, &bytes);
             }
             self.logs.close_idle(Instant::now());
             for done in waiting {
                 let _ = done.send(());
             }
+            self.save_index(false);
+        }
+        // The store is gone: write what is held, save the index.
+        for (dir, slot) in &mut self.journals {
+            slot.flush(batches.of(dir));
+        }
+        for (dir, bytes) in std::mem::take(&mut batches.0) {
+            self.append(&dir, &bytes);
+        }
+        self.save_index(true);
+    }
+
+    fn handle(&mut self, command: WriterCommand, batches: &mut Batches, waiting: &mut Vec<oneshot::Sender<()>>) {
+        match command {
+            WriterCommand::Append { dir, line } => {
+                let out = batches.of(&dir);
+                let slot = self.journals.entry(dir).or_default();
+                slot.flush(out);
+                slot.state.update(out, &line);
+            }
+            WriterCommand::Chunk { dir, chunk } => {
+                let slot = self.journals.entry(dir.clone()).or_default();
+                slot.state.recent.add(&chunk);
+                match &mut slot.pending {
+                    Some((held, _)) if held.kind == chunk.kind && held.message_id == chunk.message_id => {
+                        held.text.push_str(&chunk.text);
+                    }
+                    _ => {
+                        let out = batches.of(&dir);
+                        slot.flush(out);
+                        slot.pending = Some((chunk, Instant::now()));
+                    }
+                }
+            }
+            WriterCommand::Transcript { dir, record } => {
+                let out = batches.of(&dir);
+                let slot = self.journals.entry(dir).or_default();
+                slot.flush(out);
+                slot.state.transcript(out, &record);
+            }
+            WriterCommand::IndexChanged => {}
+            WriterCommand::Create { meta, dir, done } => {
+                let created = create_private_dir(&dir).and_then(|()| write_meta(&dir, &meta));
+                if created.is_ok() {
+                    self.indexed(&dir, meta);
+                }
+                let _ = done.send(created.map_err(|source| StoreError::Io {
+                    action: "cannot create the session",
+                    path: dir,
+                    source,
+                }));
+            }
+            WriterCommand::SaveMeta(meta, dir) => match write_meta(&dir, &meta) {
+                Ok(()) => self.indexed(&dir, meta),
+                // Deleted meanwhile.
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound && !dir.exists() => {}
+                Err(err) => self.failed(&dir, "cannot save a session's metadata", &err),
+            },
+            WriterCommand::Close { dir, done } => {
+                let mut bytes = batches.take(&dir).unwrap_or_default();
+                if let Some(mut slot) = self.journals.remove(&dir) {
+                    slot.flush(&mut bytes);
+                }
+                if !bytes.is_empty() {
+                    self.append(&dir, &bytes);
+                }
+                self.logs.close(&dir);
+                waiting.push(done);
+            }
+            WriterCommand::Delete { dir, done } => {
+                batches.take(&dir);
+                self.journals.remove(&dir);
+                self.logs.close(&dir);
+                let deleted = match std::fs::remove_dir_all(&dir) {
+                    Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
+                        Err(StoreError::Io { action: "cannot delete", path: dir, source: err })
+                    }
+                    _ => {
+                        if let Some(id) = dir.file_name().and_then(|name| name.to_str()) {
+                            self.index.apply(index::Change::Removed(id.to_owned()));
+                            self.index_changed();
+                        }
+                        Ok(())
+                    }
+                };
+                let _ = done.send(deleted);
+            }
+            WriterCommand::Written(done) => {
+                // Whoever waits for this reads the logs next: nothing may be held back.
+                for (dir, slot) in &mut self.journals {
+                    slot.flush(batches.of(dir));
+                }
+                waiting.push(done);
+            }
+        }
+    }
+
+    /// When the oldest held chunk is due.
+    fn next_chunk_flush(&self) -> Option<Instant> {
+        self.journals.values().filter_map(|slot| slot.pending.as_ref().map(|(_, since)| *since + CHUNK_FLUSH)).min()
+    }
+
+    /// Metadata was written: the index learns it.
+    fn indexed(&mut self, dir: &Path, meta: Box<SessionMeta>) {
+        if let Some(stamp) = index::Stamp::read(dir) {
+            self.index.apply(index::Change::Saved(meta, stamp));
+            self.index_changed();
+        }
+    }
+
+    fn index_changed(&mut self) {
+        if self.index_due.is_none() {
+            self.index_due = Some(Instant::now() + INDEX_SAVE);
+        }
+    }
+
+    /// Saves the index when it is due (or `now`), if it changed.
+    fn save_index(&mut self, now: bool) {
+        if self.index_due.is_none() && self.index.is_dirty() {
+            self.index_changed();
+        }
+        let due = self.index_due.is_some_and(|at| at <= Instant::now());
+        if !(now || due) {
+            return;
+        }
+        self.index_due = None;
+        if let Some(bytes) = self.index.take_for_saving()
+            && let Err(err) = index::save(&self.index_file, &bytes)
+        {
+            // The folders stay the truth: the next start rebuilds what is missing.
+            tracing::warn!(path = %self.index_file.display(), %err, "cannot save the session index");
+            self.index.save_failed();
         }
     }
 
     /// Appends one batch of whole lines to a session's log. A batch that
     /// fails (a full disk) is cut off again, so the log still ends on a line
-    /// boundary and the next batch is read back whole.
+    /// boundary, and its lines are then tried one at a time: what fits is
+    /// kept (a huge record does not take the small ones queued with it down).
     fn append(&mut self, dir: &Path, bytes: &[u8]) {
+        let err = match self.append_whole(dir, bytes) {
+            Ok(()) => return,
+            Err(None) => return,
+            Err(Some(err)) => err,
+        };
+        // What was cut off can be neither continued nor referred to.
+        if let Some(slot) = self.journals.get_mut(dir) {
+            slot.state.forget();
+        }
+        self.failed(dir, "cannot append to a session log", &err);
+        let mut lost_chunk = false;
+        for line in bytes.split_inclusive(|&b| b == b'\n') {
+            // A continuation whose chunk line was lost would join another message.
+            if lost_chunk && line.starts_with(br#"{"lathe":"more""#) {
+                continue;
+            }
+            match self.append_whole(dir, line) {
+                Ok(()) => lost_chunk = false,
+                Err(None) => return,
+                Err(Some(_)) => lost_chunk = line.starts_with(br#"{"lathe":"chunk""#) || lost_chunk,
+            }
+        }
+    }
+
+    /// Appends whole lines, or none of them (cut off again after a failure);
+    /// `Err(None)`: the session is gone, or its log could not be opened (reported).
+    fn append_whole(&mut self, dir: &Path, bytes: &[u8]) -> Result<(), Option<std::io::Error>> {
         let Self { disk, logs, .. } = self;
         let log = match logs.get(dir, Instant::now(), |path| disk.open_log(path)) {
             Ok(log) => log,
             // The session was deleted (records of a turn that was still ending).
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound && !dir.exists() => return,
-            Err(err) => return self.failed(dir, "cannot open a session log", &err),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound && !dir.exists() => return Err(None),
+            Err(err) => {
+                self.failed(dir, "cannot open a session log", &err);
+                return Err(None);
+            }
         };
         let before = log.file.len();
-        let written = if log.torn {
-            let mut separated = Vec::with_capacity(bytes.len() + 1);
-            separated.push(b'\n');
+        // A new log starts with its format's version; a torn tail is ended first.
+        let header = matches!(before, Ok(0));
+        let written = if log.torn || header {
+            let mut separated = Vec::with_capacity(bytes.len() + 40);
+            if log.torn {
+                separated.push(b'\n');
+            }
+            if header {
+                journal::write_header(&mut separated);
+            }
             separated.extend_from_slice(bytes);
             log.file.append(&separated)
         } else {
             log.file.append(bytes)
         };
         match written {
-            Ok(()) => log.torn = false,
+            Ok(()) => {
+                log.torn = false;
+                Ok(())
+            }
             Err(err) => {
                 // Cut back to where the batch began; if even that fails,
                 // the next batch starts on a line of its own.
@@ -704,7 +1002,7 @@ impl<D: Disk> Writer<D> {
                     tracing::warn!(dir = %dir.display(), err = %cut, "cannot cut a failed append off a session log");
                     log.torn = true;
                 }
-                self.failed(dir, "cannot append to a session log", &err);
+                Err(Some(err))
             }
         }
     }
@@ -723,6 +1021,8 @@ impl<D: Disk> Writer<D> {
 mod tests {
     use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
     use std::sync::{Arc, Mutex};
+
+    use serde_json::Value;
 
     use super::*;
     use crate::model::UserPart;
@@ -835,10 +1135,10 @@ mod tests {
     #[tokio::test]
     async fn round_trip_with_a_damaged_tail() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), ignore()).unwrap();
+        let store = Store::open(dir.path(), Retention::default(), ignore()).unwrap();
         store.create(&meta("sess_a")).await.unwrap();
         let update = serde_json::json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"sess_a"}});
-        store.append("sess_a", &Record::Update(update.clone()));
+        store.append("sess_a", &Record::Update(update.to_string()));
         store.append("sess_a", &Record::Message(user("one")));
         store.append("sess_a", &Record::Reset(vec![user("summary")]));
         store.append("sess_a", &Record::Message(user("two")));
@@ -852,7 +1152,7 @@ mod tests {
         let loaded = store.load("sess_a").unwrap();
         assert_eq!(loaded.meta, meta("sess_a").clone_with_times(&loaded.meta));
         assert_eq!(loaded.records.len(), 4);
-        assert_eq!(loaded.records[0], Record::Update(update));
+        assert_eq!(loaded.records[0], Record::Update(update.to_string()));
         assert_eq!(loaded.transcript(), vec![user("summary"), user("two")]);
 
         // The next process appends after the torn line, not onto it.
@@ -866,12 +1166,11 @@ mod tests {
     async fn list_and_delete() {
         let dir = tempfile::tempdir().unwrap();
         let (failures, seen) = recording();
-        let store = Store::open(dir.path(), failures).unwrap();
+        let store = Store::open(dir.path(), Retention::default(), failures).unwrap();
         store.create(&meta("sess_1")).await.unwrap();
         store.create(&meta("sess_2")).await.unwrap();
         store.append("sess_2", &Record::Message(user("x")));
-        let mut ids: Vec<String> = store.list().into_iter().map(|m| m.session_id).collect();
-        ids.sort();
+        let ids: Vec<String> = store.list(None, None, 10).sessions.into_iter().map(|m| m.session_id).collect();
         assert_eq!(ids, ["sess_1", "sess_2"]);
         store.delete("sess_2").await.unwrap();
         store.delete("sess_2").await.unwrap();
@@ -881,7 +1180,7 @@ mod tests {
         store.append("sess_2", &Record::Message(user("late")));
         store.written().wait().await;
         assert!(seen.lock().unwrap().is_empty());
-        assert_eq!(store.list().len(), 1);
+        assert_eq!(store.list(None, None, 10).sessions.len(), 1);
         assert!(matches!(store.load("sess_2"), Err(StoreError::NotFound(_))));
         assert!(matches!(store.load("../etc"), Err(StoreError::NotFound(_))), "ids never escape the store");
     }
@@ -898,7 +1197,7 @@ mod tests {
         std::fs::write(old.join(LOG_FILE), b"").unwrap();
         std::fs::set_permissions(old.join(LOG_FILE), std::fs::Permissions::from_mode(0o644)).unwrap();
 
-        let store = Store::open(&data, ignore()).unwrap();
+        let store = Store::open(&data, Retention::default(), ignore()).unwrap();
         store.create(&meta("sess_new")).await.unwrap();
         store.append("sess_new", &Record::Message(user("secret")));
         store.append("sess_old", &Record::Message(user("secret")));
@@ -911,7 +1210,7 @@ mod tests {
         assert_eq!(mode(&old.join(LOG_FILE)), 0o600);
 
         let fresh = dir.path().join("fresh/lathe");
-        Store::open(&fresh, ignore()).unwrap();
+        Store::open(&fresh, Retention::default(), ignore()).unwrap();
         assert_eq!(mode(&fresh), 0o700, "a data directory lathe creates");
     }
 
@@ -921,7 +1220,7 @@ mod tests {
     fn a_directory_that_takes_no_writes_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         std::os::unix::fs::symlink("/proc/self/fdinfo", dir.path().join("sessions")).unwrap();
-        let err = Store::open(dir.path(), ignore()).unwrap_err();
+        let err = Store::open(dir.path(), Retention::default(), ignore()).unwrap_err();
         assert!(err.to_string().starts_with("cannot write in"), "{err}");
     }
 
@@ -932,7 +1231,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let disk = TestDisk::with_room();
         let (failures, seen) = recording();
-        let store = Store::open_on(dir.path(), disk.clone(), failures).unwrap();
+        let store = Store::open_on(dir.path(), Retention::default(), disk.clone(), failures).unwrap();
         store.create(&meta("sess_f")).await.unwrap();
         store.append("sess_f", &Record::Message(user("one")));
         store.written().wait().await;
@@ -964,7 +1263,7 @@ mod tests {
     async fn a_tail_that_cannot_be_cut_starts_a_new_line() {
         let dir = tempfile::tempdir().unwrap();
         let disk = TestDisk::with_room();
-        let store = Store::open_on(dir.path(), disk.clone(), ignore()).unwrap();
+        let store = Store::open_on(dir.path(), Retention::default(), disk.clone(), ignore()).unwrap();
         store.create(&meta("sess_t")).await.unwrap();
         store.append("sess_t", &Record::Message(user("one")));
         store.written().wait().await;
@@ -975,7 +1274,7 @@ mod tests {
         disk.budget.store(u64::MAX, Ordering::SeqCst);
         store.append("sess_t", &Record::Message(user("two")));
         store.written().wait().await;
-        assert_eq!(log_lines(dir.path(), "sess_t").len(), 3, "one, the torn fragment, two");
+        assert_eq!(log_lines(dir.path(), "sess_t").len(), 4, "version, one, the torn fragment, two");
         assert_eq!(store.load("sess_t").unwrap().transcript(), vec![user("one"), user("two")]);
     }
 
@@ -984,7 +1283,7 @@ mod tests {
     async fn close_and_delete_release_the_log() {
         let dir = tempfile::tempdir().unwrap();
         let disk = TestDisk::with_room();
-        let store = Store::open_on(dir.path(), disk.clone(), ignore()).unwrap();
+        let store = Store::open_on(dir.path(), Retention::default(), disk.clone(), ignore()).unwrap();
         for id in ["sess_1", "sess_2", "sess_3"] {
             store.create(&meta(id)).await.unwrap();
             store.append(id, &Record::Message(user("x")));
@@ -1043,6 +1342,239 @@ mod tests {
         let explicit = |name: &str| (name == "LATHE_DATA_DIR").then(|| "/d".to_owned());
         assert_eq!(default_data_dir(None, &explicit), Some(PathBuf::from("/d")));
         assert_eq!(default_data_dir(Some(Path::new("/cli")), &explicit), Some(PathBuf::from("/cli")));
+    }
+
+    fn chunk(kind: ChunkKind, id: Option<&str>, text: &str) -> Record {
+        Record::Chunk(Chunk { kind, message_id: id.map(Arc::from), text: text.to_owned() })
+    }
+
+    fn answer(text: &str, reasoning: &str) -> Message {
+        Message::Assistant {
+            text: text.into(),
+            reasoning: reasoning.into(),
+            reasoning_field: None,
+            reasoning_details: None,
+            tool_calls: vec![],
+            interrupted: false,
+        }
+    }
+
+    fn log_text(dir: &Path, id: &str) -> String {
+        std::fs::read_to_string(dir.join("sessions").join(id).join(LOG_FILE)).unwrap()
+    }
+
+    /// Issue 16: consecutive chunks of one message become one record, the
+    /// transcript message refers to the streamed text instead of repeating
+    /// it, and reading gives back the same text, in the same order.
+    #[tokio::test]
+    async fn chunks_are_merged_and_the_answer_is_stored_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), Retention::default(), ignore()).unwrap();
+        store.create(&meta("sess_c")).await.unwrap();
+        store.append("sess_c", &chunk(ChunkKind::User, None, "question"));
+        store.append("sess_c", &Record::Message(user("question")));
+        let mut answer_text = String::new();
+        for n in 0..1000 {
+            store.append("sess_c", &chunk(ChunkKind::Thought, Some("thought_1"), "hm "));
+            let _ = n;
+        }
+        for n in 0..1000 {
+            let piece = format!("t{n} \"q\" ü\n");
+            answer_text.push_str(&piece);
+            store.append("sess_c", &chunk(ChunkKind::Agent, Some("msg_1"), &piece));
+        }
+        let tool = r#"{"jsonrpc":"2.0","method":"session/update","params":{"update":{"sessionUpdate":"tool_call"}}}"#;
+        store.append("sess_c", &Record::Update(tool.to_owned()));
+        store.append("sess_c", &Record::Message(answer(&answer_text, &"hm ".repeat(1000))));
+        store.written().wait().await;
+
+        let text = log_text(dir.path(), "sess_c");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], r#"{"lathe":"journal","version":2}"#, "a new log starts with its version");
+        assert_eq!(lines.len(), 7, "version, user chunk, user message, thought, answer, tool call, message:\n{text}");
+        assert_eq!(text.matches("t999").count(), 1, "the answer is stored once");
+        // The texts as JSON strings (quotes and newlines escaped), plus a few short lines.
+        let escaped = serde_json::to_string(&answer_text).unwrap().len() + "hm ".repeat(1000).len();
+        assert!(text.len() < escaped + 600, "{} bytes for {escaped} of text", text.len());
+
+        let loaded = store.load("sess_c").unwrap();
+        assert_eq!(
+            loaded.records,
+            vec![
+                chunk(ChunkKind::User, None, "question"),
+                Record::Message(user("question")),
+                chunk(ChunkKind::Thought, Some("thought_1"), &"hm ".repeat(1000)),
+                chunk(ChunkKind::Agent, Some("msg_1"), &answer_text),
+                Record::Update(tool.to_owned()),
+                Record::Message(answer(&answer_text, &"hm ".repeat(1000))),
+            ]
+        );
+    }
+
+    /// A message streamed for longer than the flush interval is written in
+    /// pieces (a kill loses at most that much); they read back as one text.
+    #[tokio::test]
+    async fn a_long_message_is_written_as_it_streams() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), Retention::default(), ignore()).unwrap();
+        store.create(&meta("sess_l")).await.unwrap();
+        store.append("sess_l", &chunk(ChunkKind::Agent, Some("msg_1"), "first "));
+        // Nothing asks for it: the writer writes it once it has been held long enough.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !std::fs::read_to_string(dir.path().join("sessions/sess_l").join(LOG_FILE))
+            .is_ok_and(|text| text.contains("first"))
+        {
+            assert!(Instant::now() < deadline, "a held chunk was never written");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        store.append("sess_l", &chunk(ChunkKind::Agent, Some("msg_1"), "second"));
+        store.append("sess_l", &Record::Message(answer("first second", "")));
+        store.written().wait().await;
+        let text = log_text(dir.path(), "sess_l");
+        assert!(text.contains(r#"{"lathe":"more","text":"second"}"#), "{text}");
+        let loaded = store.load("sess_l").unwrap();
+        let texts: Vec<&str> = loaded
+            .records
+            .iter()
+            .filter_map(|r| match r {
+                Record::Chunk(c) => Some(c.text.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(texts, ["first ", "second"]);
+        assert_eq!(loaded.transcript(), vec![answer("first second", "")]);
+    }
+
+    /// After a failed append is cut off, the answer is not written as a
+    /// reference to streamed text that is no longer on disk.
+    #[tokio::test]
+    async fn a_failed_chunk_write_is_not_referred_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = TestDisk::with_room();
+        let store = Store::open_on(dir.path(), Retention::default(), disk.clone(), ignore()).unwrap();
+        store.create(&meta("sess_r")).await.unwrap();
+        store.append("sess_r", &chunk(ChunkKind::Agent, Some("msg_1"), "one "));
+        store.written().wait().await;
+        disk.budget.store(5, Ordering::SeqCst);
+        store.append("sess_r", &chunk(ChunkKind::Agent, Some("msg_1"), "two "));
+        store.written().wait().await;
+        disk.budget.store(u64::MAX, Ordering::SeqCst);
+        store.append("sess_r", &Record::Message(answer("one two ", "")));
+        store.written().wait().await;
+        assert_eq!(store.load("sess_r").unwrap().transcript(), vec![answer("one two ", "")]);
+    }
+
+    fn summary_ids(page: &ListPage) -> Vec<&str> {
+        page.sessions.iter().map(|s| s.session_id.as_str()).collect()
+    }
+
+    fn meta_at(id: &str, cwd: &str, updated_at: &str) -> SessionMeta {
+        SessionMeta { cwd: PathBuf::from(cwd), updated_at: updated_at.to_owned(), ..meta(id) }
+    }
+
+    /// Pages follow each other by cursor (the last session shown), most
+    /// recent first, even when a session is updated between two pages; the
+    /// cwd filter applies before paging.
+    #[tokio::test]
+    async fn lists_page_by_cursor_and_filter_by_cwd() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), Retention::default(), ignore()).unwrap();
+        for n in 0..7 {
+            let cwd = if n % 2 == 0 { "/even" } else { "/odd" };
+            store.create(&meta_at(&format!("sess_{n}"), cwd, &format!("2026-01-0{}T00:00:00Z", n + 1))).await.unwrap();
+        }
+        store.written().wait().await;
+        let first = store.list(None, None, 3);
+        assert_eq!(summary_ids(&first), ["sess_6", "sess_5", "sess_4"]);
+        // sess_0 moves to the top meanwhile: the next page neither repeats nor skips.
+        store.save_meta_later(meta_at("sess_0", "/even", "2026-02-01T00:00:00Z"));
+        store.written().wait().await;
+        let second = store.list(None, first.next.as_ref(), 3);
+        assert_eq!(summary_ids(&second), ["sess_3", "sess_2", "sess_1"], "sess_0 is now first, before the cursor");
+        assert!(second.next.is_none());
+        assert_eq!(summary_ids(&store.list(None, None, 2)), ["sess_0", "sess_6"]);
+        let even = store.list(Some(Path::new("/even")), None, 10);
+        assert_eq!(summary_ids(&even), ["sess_0", "sess_6", "sess_4", "sess_2"]);
+        assert!(even.next.is_none());
+    }
+
+    /// Issue 16: the index is a cache of the folders. Missing, unreadable or
+    /// stale (a crash before it was saved, another process, a folder removed
+    /// by hand), it is rebuilt from them when the store opens.
+    #[tokio::test]
+    async fn the_index_is_rebuilt_from_the_folders_when_missing_or_stale() {
+        let dir = tempfile::tempdir().unwrap();
+        let index_file = dir.path().join(index::INDEX_FILE);
+        let ids = |store: &Store| -> Vec<(String, Option<String>)> {
+            store.list(None, None, 100).sessions.into_iter().map(|s| (s.session_id, s.title)).collect()
+        };
+        {
+            let store = Store::open(dir.path(), Retention::default(), ignore()).unwrap();
+            for (n, id) in ["sess_a", "sess_b", "sess_c"].iter().enumerate() {
+                store.create(&meta_at(id, "/p", &format!("2026-01-0{}T00:00:00Z", n + 1))).await.unwrap();
+            }
+            store.written().wait().await;
+        }
+        // The writer saves the index when the store goes away.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !index_file.exists() {
+            assert!(Instant::now() < deadline, "the index was never saved");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let saved = std::fs::read(&index_file).unwrap();
+        // Stale: behind the index's back, a title changes, a folder goes, one appears.
+        let sessions = dir.path().join("sessions");
+        let changed = SessionMeta { title: Some("renamed".into()), ..meta_at("sess_a", "/p", "2026-01-01T00:00:00Z") };
+        write_meta(&sessions.join("sess_a"), &changed).unwrap();
+        std::fs::remove_dir_all(sessions.join("sess_b")).unwrap();
+        create_private_dir(&sessions.join("sess_d")).unwrap();
+        write_meta(&sessions.join("sess_d"), &meta_at("sess_d", "/p", "2026-01-04T00:00:00Z")).unwrap();
+        let expected = vec![
+            ("sess_d".to_owned(), Some("t".to_owned())),
+            ("sess_c".to_owned(), Some("t".to_owned())),
+            ("sess_a".to_owned(), Some("renamed".to_owned())),
+        ];
+        let store = Store::open(dir.path(), Retention::default(), ignore()).unwrap();
+        assert_eq!(ids(&store), expected, "a stale index");
+        drop(store);
+        // Missing.
+        std::fs::remove_file(&index_file).ok();
+        let store = Store::open(dir.path(), Retention::default(), ignore()).unwrap();
+        assert_eq!(ids(&store), expected, "no index");
+        drop(store);
+        // Torn (a crash cannot do this, but a full disk or a person can).
+        std::fs::write(&index_file, &saved[..saved.len() / 2]).unwrap();
+        let store = Store::open(dir.path(), Retention::default(), ignore()).unwrap();
+        assert_eq!(ids(&store), expected, "a damaged index");
+        // A session another process creates while this one runs.
+        create_private_dir(&sessions.join("sess_e")).unwrap();
+        write_meta(&sessions.join("sess_e"), &meta_at("sess_e", "/p", "2026-01-05T00:00:00Z")).unwrap();
+        // The directory's mtime is not trusted right after a change: wait out the racy window.
+        std::thread::sleep(Duration::from_millis(60));
+        assert_eq!(ids(&store)[0].0, "sess_e", "a session created by another process");
+    }
+
+    /// `[sessions] keep_days`: sessions not updated for longer are deleted
+    /// when the store opens, before any list answers.
+    #[tokio::test]
+    async fn old_sessions_are_pruned_when_the_store_opens() {
+        let dir = tempfile::tempdir().unwrap();
+        let sessions = dir.path().join("sessions");
+        let old = humantime::format_rfc3339_seconds(SystemTime::now() - Duration::from_secs(40 * 86_400)).to_string();
+        let recent =
+            humantime::format_rfc3339_seconds(SystemTime::now() - Duration::from_secs(10 * 86_400)).to_string();
+        for (id, at) in [("sess_old", &old), ("sess_recent", &recent), ("sess_now", &now_rfc3339())] {
+            create_private_dir(&sessions.join(id)).unwrap();
+            write_meta(&sessions.join(id), &meta_at(id, "/p", at)).unwrap();
+        }
+        let store = Store::open(dir.path(), Retention { keep_days: None }, ignore()).unwrap();
+        assert_eq!(store.list(None, None, 10).sessions.len(), 3, "kept by default");
+        drop(store);
+        let store = Store::open(dir.path(), Retention { keep_days: Some(30) }, ignore()).unwrap();
+        let ids: Vec<String> = store.list(None, None, 10).sessions.into_iter().map(|s| s.session_id).collect();
+        assert_eq!(ids, ["sess_now", "sess_recent"]);
+        assert!(!sessions.join("sess_old").exists(), "its folder is gone");
+        assert!(matches!(store.load("sess_old"), Err(StoreError::NotFound(_))));
     }
 
     impl SessionMeta {

@@ -30,6 +30,9 @@ pub struct Reply {
     pub gap: Option<Duration>,
     /// Receives the send instant of every delta once the reply is written.
     pub sent: Option<Sender<Vec<Instant>>>,
+    /// Answers only a request whose body contains this text (the prompt of
+    /// one of several sessions streaming at once); `None`: the next request.
+    pub key: Option<String>,
 }
 
 struct Shared {
@@ -96,11 +99,16 @@ fn serve_connection(stream: TcpStream, shared: &Shared) {
     let Ok(write_half) = stream.try_clone() else { return };
     let mut reader = BufReader::new(stream);
     // One request after another on a kept-alive connection, until it closes.
-    while read_request(&mut reader).is_some() {
+    while let Some(body) = read_request(&mut reader) {
         if shared.stop.load(Ordering::Acquire) {
             return;
         }
-        let reply = shared.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop_front();
+        let reply = {
+            let mut queue = shared.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let body = String::from_utf8_lossy(&body);
+            let at = queue.iter().position(|reply| reply.key.as_ref().is_none_or(|key| body.contains(key.as_str())));
+            at.and_then(|at| queue.remove(at))
+        };
         let written = match reply {
             Some(reply) => stream_reply(&write_half, reply),
             None => {
@@ -118,8 +126,9 @@ fn serve_connection(stream: TcpStream, shared: &Shared) {
     }
 }
 
-/// Reads one request (head and body); `None` when the connection closed.
-fn read_request(reader: &mut BufReader<TcpStream>) -> Option<()> {
+/// Reads one request (head and body); returns the body, `None` when the
+/// connection closed.
+fn read_request(reader: &mut BufReader<TcpStream>) -> Option<Vec<u8>> {
     let mut content_length = 0usize;
     let mut chunked = false;
     let mut line = String::new();
@@ -147,20 +156,22 @@ fn read_request(reader: &mut BufReader<TcpStream>) -> Option<()> {
         }
     }
     if chunked {
+        let mut body = Vec::new();
         loop {
             line.clear();
             reader.read_line(&mut line).ok()?;
             let size = usize::from_str_radix(line.trim().split(';').next()?, 16).ok()?;
-            let mut skip = vec![0u8; size + 2];
-            reader.read_exact(&mut skip).ok()?;
+            let mut data = vec![0u8; size + 2];
+            reader.read_exact(&mut data).ok()?;
             if size == 0 {
-                return Some(());
+                return Some(body);
             }
+            body.extend_from_slice(&data[..size]);
         }
     }
     let mut body = vec![0u8; content_length];
     reader.read_exact(&mut body).ok()?;
-    Some(())
+    Some(body)
 }
 
 /// A `chat.completion.chunk` event with this `delta` and `finish_reason`, as

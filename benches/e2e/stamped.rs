@@ -58,6 +58,7 @@ impl StampedAgent {
         command
             .env("HOME", home)
             .env("XDG_CONFIG_HOME", home.join(".config"))
+            .env("XDG_DATA_HOME", home.join(".local").join("share"))
             .env("NO_PROXY", "127.0.0.1,localhost,::1")
             .env("no_proxy", "127.0.0.1,localhost,::1");
         let spawned_at = Instant::now();

@@ -134,6 +134,10 @@ impl Host for ClientHost {
         self.write_via_client
     }
 
+    fn write_finishes_once_started(&self) -> bool {
+        !self.write_via_client
+    }
+
     fn terminals(&self) -> Option<&dyn Terminals> {
         if self.terminal { Some(self) } else { None }
     }

@@ -73,6 +73,7 @@ use crate::rpc::{
 };
 use crate::session::Session;
 use crate::store::{FailureSink, Store};
+pub use sessions::stored_transcript;
 use warnings::Warnings;
 
 /// ACP's "resource not found" code, used for unknown sessions.
@@ -136,7 +137,8 @@ where
     let max_message_bytes = config.protocol.max_message_bytes;
     let capabilities = Arc::new(OnceLock::new());
     let warnings = Warnings::new(outbox.clone(), Arc::clone(&capabilities));
-    let store = open_store(config.data_dir.clone(), warnings.clone()).await;
+    let retention = crate::store::Retention { keep_days: config.sessions.keep_days };
+    let store = open_store(config.data_dir.clone(), retention, warnings.clone()).await;
     let (loaded, mut loads_finished) = tokio::sync::mpsc::unbounded_channel();
     let server = Arc::new(Server::new(config, outbox.clone(), store, capabilities, warnings, loaded));
     let mut lines = LineReader::new(tokio::io::BufReader::with_capacity(64 * 1024, input), max_message_bytes);
@@ -144,6 +146,9 @@ where
     let mut writer_done = std::pin::pin!(writer_done);
     let mut writer_stopped = false;
     loop {
+        // Not a cancel race: the reader serves several sources, in this
+        // order (shutdown first, then a stopped writer, finished loads, and
+        // the next line).
         let line = tokio::select! {
             biased;
             () = &mut shutdown => {
@@ -197,12 +202,16 @@ where
 /// The session store under the data directory, opened off the async threads
 /// (it probes the disk); or why sessions will not be saved, as words that
 /// complete "lathe ...".
-async fn open_store(data_dir: Option<std::path::PathBuf>, warnings: Warnings) -> Result<Arc<Store>, String> {
+async fn open_store(
+    data_dir: Option<std::path::PathBuf>,
+    retention: crate::store::Retention,
+    warnings: Warnings,
+) -> Result<Arc<Store>, String> {
     let Some(data_dir) = data_dir else {
         return Err("has no data directory (no HOME, and neither --data-dir nor LATHE_DATA_DIR)".to_owned());
     };
     let failures: FailureSink = Box::new(move |failure| warnings.save_failed(&failure));
-    let opened = tokio::task::spawn_blocking(move || Store::open(&data_dir, failures)).await;
+    let opened = tokio::task::spawn_blocking(move || Store::open(&data_dir, retention, failures)).await;
     let store = match opened {
         Ok(Ok(store)) => Ok(Arc::new(store)),
         Ok(Err(err)) => Err(err.to_string()),

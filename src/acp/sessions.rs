@@ -11,26 +11,29 @@
 //! updates that are not conversation (commands, modes, options, titles) are
 //! not replayed: fresh ones follow the response.
 
+use std::borrow::Cow;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use agent_client_protocol_schema::v1::{
     AvailableCommand, AvailableCommandInput, AvailableCommandsUpdate, CloseSessionRequest, CloseSessionResponse,
-    DeleteSessionRequest, DeleteSessionResponse, ListSessionsRequest, ListSessionsResponse, LoadSessionRequest,
-    LoadSessionResponse, NewSessionRequest, NewSessionResponse, SessionId, SessionInfo, SessionUpdate,
-    UnstructuredCommandInput,
+    ContentBlock, ContentChunk, DeleteSessionRequest, DeleteSessionResponse, ListSessionsRequest, ListSessionsResponse,
+    LoadSessionRequest, LoadSessionResponse, MessageId, NewSessionRequest, NewSessionResponse, SessionId, SessionInfo,
+    SessionNotification, SessionUpdate, UnstructuredCommandInput,
 };
 use serde_json::{Value, json};
 
 use super::updates::{self, Lines, SessionEvents};
 use super::{INVALID_PARAMS, RESOURCE_NOT_FOUND, RequestId, RpcError, Server, lock, options, parse_params};
 use crate::commands::SlashCommand;
+use crate::model::Message;
 use crate::permission::Mode;
 use crate::prompt::Instructions;
+use crate::rpc::encode_notification;
 use crate::session::{Journal, Session};
-use crate::setup::{self, Placement, Start, WorkspaceFiles, recover_transcript, workspace_files};
-use crate::store::{Record, SessionMeta, Store, StoreError, now_rfc3339};
+use crate::setup::{self, Placement, Start, WorkspaceFiles, workspace_files};
+use crate::store::{ChunkKind, ListKey, ListPage, Record, SessionMeta, Store, StoreError, now_rfc3339};
 
 /// Whether `session/load`-style setup replays the conversation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -176,23 +179,35 @@ impl Server {
         // Every record queued so far must be on disk before it is read back.
         store.written().wait().await;
         // The parse, the transcript and the replay are all work in proportion
-        // to the log: none of it on the async threads.
+        // to the log: none of it on the async threads. The replay is sent as
+        // the log is read, a bounded amount ahead of what the editor has
+        // taken, so other sessions' messages never queue behind all of it.
         let reading = {
             let (store, id) = (Arc::clone(store), Arc::clone(&session_id.0));
             let (cwd, user_dir) = (placement.cwd.clone(), self.config.user_dir.clone());
+            let outbox = self.outbox.clone();
+            let runtime = tokio::runtime::Handle::current();
+            let notification_id = session_id.clone();
             tokio::task::spawn_blocking(move || {
-                let stored = store.load(&id).map(|stored| {
-                    let transcript = recover_transcript(&stored.records);
-                    let lines = if replay == Replay::Yes { replay_lines(&stored.records) } else { Vec::new() };
-                    (stored.meta, transcript, lines)
-                });
-                (stored, workspace_files(&cwd, user_dir.as_deref()))
+                let mut unflushed = 0usize;
+                let mut send = |line: Vec<u8>| {
+                    unflushed += line.len();
+                    outbox.send_encoded(line);
+                    if unflushed >= REPLAY_AHEAD {
+                        unflushed = 0;
+                        runtime.block_on(outbox.flush());
+                    }
+                };
+                let mut replayer = Replayer::new(notification_id, (replay == Replay::Yes).then_some(&mut send));
+                let stored = store.read(&id, &mut |record| replayer.record(record));
+                let transcript = replayer.finish();
+                (stored.map(|meta| (meta, transcript)), workspace_files(&cwd, user_dir.as_deref()))
             })
         };
         let (stored, files) = reading
             .await
             .map_err(|err| RpcError::new(super::INTERNAL_ERROR, format!("Cannot load session {session_id}: {err}")))?;
-        let (mut meta, transcript, replayed) = stored.map_err(|err| match err {
+        let (mut meta, transcript) = stored.map_err(|err| match err {
             StoreError::NotFound(_) => session_not_found(session_id),
             other => RpcError::new(super::INTERNAL_ERROR, format!("Cannot load session {session_id}: {other}")),
         })?;
@@ -206,9 +221,6 @@ impl Server {
         let start = Start { messages: transcript, choices, mode, journal: Some(journal) };
         let session = self.open_session(Arc::clone(&session_id.0), placement, start, &files.instructions);
         session.set_title(meta.title);
-        for line in replayed {
-            self.outbox.send_encoded(line);
-        }
         Ok((session, files.commands))
     }
 
@@ -291,15 +303,23 @@ impl Server {
         let Some(store) = self.store.clone() else {
             return self.outbox.respond_ok(&id, &ListSessionsResponse::new(Vec::new()));
         };
+        let after = match request.cursor.as_deref().map(parse_cursor) {
+            None => None,
+            Some(Ok(key)) => Some(key),
+            Some(Err(error)) => return self.outbox.respond_err(&id, &error),
+        };
         let written = store.written();
         let outbox = self.outbox.clone();
         self.tasks.spawn(async move {
             written.wait().await;
-            let sessions = tokio::task::spawn_blocking(move || store.list()).await.unwrap_or_else(|err| {
-                tracing::warn!(%err, "listing the saved sessions failed");
-                Vec::new()
-            });
-            outbox.respond(&id, list_page(&request, sessions));
+            let page =
+                tokio::task::spawn_blocking(move || store.list(request.cwd.as_deref(), after.as_ref(), PAGE_SIZE))
+                    .await
+                    .unwrap_or_else(|err| {
+                        tracing::warn!(%err, "listing the saved sessions failed");
+                        ListPage::default()
+                    });
+            outbox.respond_ok(&id, &list_response(page));
         });
     }
 
@@ -338,9 +358,7 @@ impl Server {
                 self.tasks.spawn(async move {
                     written.wait().await;
                     let session_id = Arc::clone(&request.session_id.0);
-                    let saved = tokio::task::spawn_blocking(move || store.load_meta(&session_id).is_ok())
-                        .await
-                        .unwrap_or(false);
+                    let saved = tokio::task::spawn_blocking(move || store.contains(&session_id)).await.unwrap_or(false);
                     match saved {
                         true => outbox.respond_ok(&id, &CloseSessionResponse::new()),
                         false => outbox.respond_err(&id, &session_not_found(&request.session_id)),
@@ -375,43 +393,36 @@ impl Server {
     }
 }
 
-/// One page of `session/list`, most recent first.
-fn list_page(request: &ListSessionsRequest, mut sessions: Vec<SessionMeta>) -> Result<ListSessionsResponse, RpcError> {
-    if let Some(cwd) = &request.cwd {
-        sessions.retain(|meta| meta.cwd == *cwd);
-    }
-    // Most recent first; the id breaks ties so pages are stable.
-    sessions.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then_with(|| a.session_id.cmp(&b.session_id)));
-    let start = match &request.cursor {
-        None => 0,
-        Some(cursor) => cursor
-            .strip_prefix("offset:")
-            .and_then(|n| n.parse::<usize>().ok())
-            .filter(|n| *n <= sessions.len())
-            .ok_or_else(|| {
-                RpcError::new(
-                    INVALID_PARAMS,
-                    format!("Invalid params: cursor: \"{cursor}\" is not a cursor lathe gave"),
-                )
-            })?,
-    };
-    let page: Vec<SessionInfo> = sessions
-        .iter()
-        .skip(start)
-        .take(PAGE_SIZE)
-        .map(|meta| {
-            SessionInfo::new(SessionId::new(meta.session_id.as_str()), meta.cwd.clone())
-                .additional_directories(meta.additional_directories.clone())
-                .title(meta.title.clone())
-                .updated_at(Some(meta.updated_at.clone()))
+/// A `session/list` page in ACP's shape; `nextCursor` names the last
+/// session shown, so a page starts where the last one ended even when
+/// sessions change in between.
+fn list_response(page: ListPage) -> ListSessionsResponse {
+    let sessions: Vec<SessionInfo> = page
+        .sessions
+        .into_iter()
+        .map(|summary| {
+            SessionInfo::new(SessionId::new(summary.session_id), summary.cwd)
+                .additional_directories(summary.additional_directories)
+                .title(summary.title)
+                .updated_at(Some(summary.updated_at))
         })
         .collect();
-    let next = start + page.len();
-    let mut response = ListSessionsResponse::new(page);
-    if next < sessions.len() {
-        response = response.next_cursor(format!("offset:{next}"));
+    let mut response = ListSessionsResponse::new(sessions);
+    if let Some(next) = page.next {
+        response = response.next_cursor(format!("{}/{}", next.updated_at, next.session_id));
     }
-    Ok(response)
+    response
+}
+
+/// The place a `nextCursor` names.
+fn parse_cursor(cursor: &str) -> Result<ListKey, RpcError> {
+    cursor
+        .rsplit_once('/')
+        .filter(|(updated_at, id)| !updated_at.is_empty() && !id.is_empty())
+        .map(|(updated_at, id)| ListKey { updated_at: updated_at.to_owned(), session_id: id.to_owned() })
+        .ok_or_else(|| {
+            RpcError::new(INVALID_PARAMS, format!("Invalid params: cursor: \"{cursor}\" is not a cursor lathe gave"))
+        })
 }
 
 pub(super) fn session_not_found(id: &SessionId) -> RpcError {
@@ -488,61 +499,260 @@ fn absolute_dir(path: &std::path::Path, field: &str) -> Result<PathBuf, RpcError
     Ok(crate::tools::paths::normalize(path))
 }
 
-/// Update kinds that are state rather than conversation: not replayed.
+/// How far the replay may run ahead of what the editor has read, in bytes.
+const REPLAY_AHEAD: usize = 256 * 1024;
+
+/// Update kinds that are state rather than conversation: not replayed
+/// (the last usage figure is, at the end).
 const NOT_REPLAYED: [&str; 5] =
     ["available_commands_update", "current_mode_update", "config_option_update", "session_info_update", "usage_update"];
 
-/// The lines to replay: the logged updates, with consecutive chunks of one
-/// message merged, state updates left out, and the last usage figure last.
-fn replay_lines(records: &[Record]) -> Vec<Vec<u8>> {
-    let mut merged: Vec<Value> = Vec::new();
-    let mut last_usage: Option<Value> = None;
-    for record in records {
-        let Record::Update(notification) = record else { continue };
-        let kind = notification["params"]["update"]["sessionUpdate"].as_str().unwrap_or_default();
-        if kind == "usage_update" {
-            last_usage = Some(notification.clone());
-            continue;
-        }
-        if NOT_REPLAYED.contains(&kind) {
-            continue;
-        }
-        if let Some(previous) = merged.last_mut()
-            && mergeable(previous, notification)
-            && let Some(text) = notification["params"]["update"]["content"]["text"].as_str()
-            && let Some(so_far) = previous["params"]["update"]["content"]["text"].as_str()
-        {
-            let joined = format!("{so_far}{text}");
-            previous["params"]["update"]["content"]["text"] = Value::String(joined);
-            continue;
-        }
-        merged.push(notification.clone());
-    }
-    merged.extend(last_usage);
-    merged.iter().filter_map(|value| serde_json::to_vec(value).ok()).collect()
+/// What a logged update line says about itself: just enough to filter and
+/// merge it, read without building a tree.
+#[derive(serde::Deserialize)]
+struct UpdatePeek<'a> {
+    #[serde(borrow)]
+    params: ParamsPeek<'a>,
 }
 
-/// Two chunks of the same message, both plain text.
-fn mergeable(previous: &Value, next: &Value) -> bool {
-    let (a, b) = (&previous["params"]["update"], &next["params"]["update"]);
-    let kind = a["sessionUpdate"].as_str().unwrap_or_default();
-    matches!(kind, "agent_message_chunk" | "agent_thought_chunk" | "user_message_chunk")
-        && a["sessionUpdate"] == b["sessionUpdate"]
-        && a["messageId"] == b["messageId"]
-        && a["content"]["type"] == "text"
-        && b["content"]["type"] == "text"
-        && a["content"].get("annotations").is_none()
-        && b["content"].get("annotations").is_none()
+#[derive(serde::Deserialize)]
+struct ParamsPeek<'a> {
+    #[serde(borrow)]
+    update: InnerPeek<'a>,
+}
+
+#[derive(serde::Deserialize)]
+struct InnerPeek<'a> {
+    #[serde(rename = "sessionUpdate", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(rename = "messageId", borrow, default)]
+    message_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    content: Option<ContentPeek<'a>>,
+    #[serde(rename = "_meta", default)]
+    meta: Option<serde::de::IgnoredAny>,
+}
+
+#[derive(serde::Deserialize)]
+struct ContentPeek<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(borrow, default)]
+    text: Option<Cow<'a, str>>,
+    #[serde(default)]
+    annotations: Option<serde::de::IgnoredAny>,
+    #[serde(rename = "_meta", default)]
+    meta: Option<serde::de::IgnoredAny>,
+}
+
+fn chunk_kind(update: &str) -> Option<ChunkKind> {
+    match update {
+        "agent_message_chunk" => Some(ChunkKind::Agent),
+        "agent_thought_chunk" => Some(ChunkKind::Thought),
+        "user_message_chunk" => Some(ChunkKind::User),
+        _ => None,
+    }
+}
+
+/// A stored session's metadata and the model transcript it continues from
+/// (what `session/resume` starts from; nothing is replayed), for a front end
+/// that shows no replay. Blocking: it reads the log.
+pub fn stored_transcript(store: &Store, id: &str) -> Result<(SessionMeta, Vec<Message>), StoreError> {
+    let mut replayer = Replayer::new(SessionId::new(id), None);
+    let meta = store.read(id, &mut |record| replayer.record(record))?;
+    Ok((meta, replayer.finish()))
+}
+
+/// Consecutive text of one message being merged for the replay.
+struct Held {
+    kind: ChunkKind,
+    message_id: Option<Arc<str>>,
+    text: String,
+    /// The line as it was sent, while the run is that one line.
+    sent: Option<Vec<u8>>,
+}
+
+/// Turns a session's log, record by record, into what `session/load`
+/// replays (what the user saw: the logged updates, consecutive chunks of one
+/// message merged, state updates left out, the last usage figure last) and
+/// the model transcript it continues from (repaired if the process died
+/// mid-turn).
+struct Replayer<'a> {
+    session_id: SessionId,
+    /// Where replay lines go; `None` for `session/resume`.
+    send: Option<&'a mut dyn FnMut(Vec<u8>)>,
+    held: Option<Held>,
+    last_usage: Option<Vec<u8>>,
+    messages: Vec<Message>,
+    /// Answer text the user saw after the last transcript change.
+    streamed: String,
+}
+
+impl<'a> Replayer<'a> {
+    fn new(session_id: SessionId, send: Option<&'a mut dyn FnMut(Vec<u8>)>) -> Self {
+        Self { session_id, send, held: None, last_usage: None, messages: Vec::new(), streamed: String::new() }
+    }
+
+    fn record(&mut self, record: Record) {
+        match record {
+            Record::Message(message) => {
+                self.messages.push(message);
+                self.streamed.clear();
+            }
+            Record::Reset(replacement) => {
+                self.messages = replacement;
+                self.streamed.clear();
+            }
+            Record::Chunk(chunk) => {
+                if chunk.kind == ChunkKind::Agent {
+                    self.streamed.push_str(&chunk.text);
+                }
+                self.hold(chunk.kind, chunk.message_id, &chunk.text, None);
+            }
+            Record::Update(sent) => self.update(sent),
+        }
+    }
+
+    fn update(&mut self, sent: String) {
+        let Ok(peek) = serde_json::from_str::<UpdatePeek<'_>>(&sent) else {
+            // Not an update lathe wrote: sent as it is.
+            return self.emit_after_held(sent.into_bytes());
+        };
+        let update = &peek.params.update;
+        let text = update.content.as_ref().filter(|c| c.kind == "text").and_then(|c| c.text.as_deref());
+        if update.kind == "agent_message_chunk"
+            && let Some(text) = text
+        {
+            self.streamed.push_str(text);
+        }
+        if update.kind == "usage_update" {
+            self.last_usage = Some(sent.into_bytes());
+            return;
+        }
+        if NOT_REPLAYED.contains(&&*update.kind) {
+            return;
+        }
+        let plain = update.meta.is_none()
+            && update.content.as_ref().is_some_and(|c| c.annotations.is_none() && c.meta.is_none());
+        match (chunk_kind(&update.kind), text) {
+            (Some(kind), Some(text)) if plain => {
+                let message_id = update.message_id.as_deref().map(Arc::from);
+                let text = text.to_owned();
+                drop(peek);
+                self.hold(kind, message_id, &text, Some(sent.into_bytes()));
+            }
+            _ => {
+                drop(peek);
+                self.emit_after_held(sent.into_bytes());
+            }
+        }
+    }
+
+    /// Adds text to the message being merged (or starts a new one).
+    fn hold(&mut self, kind: ChunkKind, message_id: Option<Arc<str>>, text: &str, sent: Option<Vec<u8>>) {
+        if self.send.is_none() {
+            return;
+        }
+        if let Some(held) = &mut self.held
+            && held.kind == kind
+            && held.message_id == message_id
+        {
+            held.text.push_str(text);
+            held.sent = None;
+            return;
+        }
+        self.flush_held();
+        self.held = Some(Held { kind, message_id, text: text.to_owned(), sent });
+    }
+
+    fn flush_held(&mut self) {
+        let Some(held) = self.held.take() else { return };
+        let line = match held.sent {
+            Some(sent) => Some(sent),
+            None => {
+                let mut chunk = ContentChunk::new(ContentBlock::from(held.text));
+                if let Some(id) = held.message_id {
+                    chunk = chunk.message_id(MessageId::new(id));
+                }
+                let update = match held.kind {
+                    ChunkKind::Agent => SessionUpdate::AgentMessageChunk(chunk),
+                    ChunkKind::Thought => SessionUpdate::AgentThoughtChunk(chunk),
+                    ChunkKind::User => SessionUpdate::UserMessageChunk(chunk),
+                };
+                let notification = SessionNotification::new(self.session_id.clone(), update);
+                encode_notification("session/update", &notification)
+                    .inspect_err(|err| tracing::error!(%err, "cannot encode a replayed chunk"))
+                    .ok()
+            }
+        };
+        if let (Some(line), Some(send)) = (line, &mut self.send) {
+            send(line);
+        }
+    }
+
+    fn emit_after_held(&mut self, line: Vec<u8>) {
+        self.flush_held();
+        if let Some(send) = &mut self.send {
+            send(line);
+        }
+    }
+
+    /// Sends what is still held and the last usage figure; returns the transcript.
+    fn finish(mut self) -> Vec<Message> {
+        self.flush_held();
+        if let (Some(usage), Some(send)) = (self.last_usage.take(), &mut self.send) {
+            send(usage);
+        }
+        let mut messages = std::mem::take(&mut self.messages);
+        crate::agent::repair_transcript(&mut messages, std::mem::take(&mut self.streamed));
+        messages
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Message;
+    use crate::store::Chunk;
 
+    /// A chunk line as lathe sent (and format 1 logged) it.
     fn chunk(kind: &str, id: &str, text: &str) -> Record {
-        Record::Update(json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{
-            "sessionUpdate": kind, "messageId": id, "content": {"type":"text","text": text}}}}))
+        let chunk = ContentChunk::new(ContentBlock::from(text)).message_id(MessageId::new(id));
+        let update = match kind {
+            "agent_message_chunk" => SessionUpdate::AgentMessageChunk(chunk),
+            "agent_thought_chunk" => SessionUpdate::AgentThoughtChunk(chunk),
+            _ => SessionUpdate::UserMessageChunk(chunk),
+        };
+        let line = encode_notification("session/update", &SessionNotification::new(SessionId::new("s"), update));
+        Record::Update(String::from_utf8(line.unwrap()).unwrap())
+    }
+
+    fn merged(kind: ChunkKind, id: Option<&str>, text: &str) -> Record {
+        Record::Chunk(Chunk { kind, message_id: id.map(Arc::from), text: text.to_owned() })
+    }
+
+    fn replay(records: Vec<Record>) -> (Vec<Vec<u8>>, Vec<Message>) {
+        let mut lines = Vec::new();
+        let mut send = |line: Vec<u8>| lines.push(line);
+        let mut replayer = Replayer::new(SessionId::new("s"), Some(&mut send));
+        for record in records {
+            replayer.record(record);
+        }
+        let transcript = replayer.finish();
+        (lines, transcript)
+    }
+
+    fn kinds_and_texts(lines: &[Vec<u8>]) -> Vec<(String, String)> {
+        lines
+            .iter()
+            .map(|l| {
+                let value: Value = serde_json::from_slice(l).unwrap();
+                let u = &value["params"]["update"];
+                (
+                    u["sessionUpdate"].as_str().unwrap().to_owned(),
+                    u["content"]["text"].as_str().unwrap_or("").to_owned(),
+                )
+            })
+            .collect()
     }
 
     #[test]
@@ -553,31 +763,68 @@ mod tests {
             chunk("agent_message_chunk", "m1", "Hel"),
             chunk("agent_message_chunk", "m1", "lo"),
             Record::Update(
-                json!({"method":"session/update","params":{"update":{"sessionUpdate":"usage_update","used":1,"size":9}}}),
+                json!({"method":"session/update","params":{"update":{"sessionUpdate":"usage_update","used":1,"size":9}}})
+                    .to_string(),
             ),
             Record::Update(
-                json!({"method":"session/update","params":{"update":{"sessionUpdate":"current_mode_update","currentModeId":"ask"}}}),
+                json!({"method":"session/update","params":{"update":{"sessionUpdate":"current_mode_update","currentModeId":"ask"}}})
+                    .to_string(),
             ),
             chunk("agent_message_chunk", "m2", "Next"),
             Record::Message(Message::Tool { tool_call_id: "x".into(), content: "y".into() }),
         ];
-        let lines: Vec<Value> = replay_lines(&records).iter().map(|l| serde_json::from_slice(l).unwrap()).collect();
-        let texts: Vec<(&str, &str)> = lines
-            .iter()
-            .map(|l| {
-                let u = &l["params"]["update"];
-                (u["sessionUpdate"].as_str().unwrap(), u["content"]["text"].as_str().unwrap_or(""))
-            })
-            .collect();
+        let (lines, _) = replay(records);
         assert_eq!(
-            texts,
+            kinds_and_texts(&lines),
             [
-                ("user_message_chunk", "hello"),
-                ("agent_thought_chunk", "hm"),
-                ("agent_message_chunk", "Hello"),
-                ("agent_message_chunk", "Next"),
-                ("usage_update", "")
+                ("user_message_chunk".to_owned(), "hello".to_owned()),
+                ("agent_thought_chunk".to_owned(), "hm".to_owned()),
+                ("agent_message_chunk".to_owned(), "Hello".to_owned()),
+                ("agent_message_chunk".to_owned(), "Next".to_owned()),
+                ("usage_update".to_owned(), String::new())
             ]
         );
+    }
+
+    /// A format-2 log (merged chunk records) and a format-1 log (one line
+    /// per chunk) of the same conversation replay the same lines; a lone
+    /// logged update goes out byte for byte as it was sent.
+    #[test]
+    fn both_log_formats_replay_the_same() {
+        let tool = json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{
+            "sessionUpdate":"tool_call","toolCallId":"c1","title":"Read","kind":"read","status":"pending"}}})
+        .to_string();
+        let old = vec![
+            chunk("agent_thought_chunk", "t1", "Let me "),
+            chunk("agent_thought_chunk", "t1", "think."),
+            chunk("agent_message_chunk", "m1", "An "),
+            chunk("agent_message_chunk", "m1", "answer"),
+            Record::Update(tool.clone()),
+            chunk("agent_message_chunk", "m2", "More."),
+        ];
+        let new = vec![
+            merged(ChunkKind::Thought, Some("t1"), "Let me "),
+            merged(ChunkKind::Thought, Some("t1"), "think."),
+            merged(ChunkKind::Agent, Some("m1"), "An answer"),
+            Record::Update(tool.clone()),
+            merged(ChunkKind::Agent, Some("m2"), "More."),
+        ];
+        let (old_lines, old_transcript) = replay(old);
+        let (new_lines, new_transcript) = replay(new);
+        assert_eq!(old_lines, new_lines);
+        assert_eq!(old_lines[2], tool.as_bytes(), "sent as it was logged");
+        assert_eq!(old_transcript, new_transcript);
+        // A chunk merged from two lines is encoded as the live events are.
+        let live = encode_notification(
+            "session/update",
+            &SessionNotification::new(
+                SessionId::new("s"),
+                SessionUpdate::AgentMessageChunk(
+                    ContentChunk::new(ContentBlock::from("An answer")).message_id(MessageId::new("m1")),
+                ),
+            ),
+        )
+        .unwrap();
+        assert_eq!(old_lines[1], live);
     }
 }

@@ -7,6 +7,8 @@
 //! carriage return, an ANSI escape or a bidi override can never make a
 //! title (or a command in a permission request) look like something else.
 
+use std::sync::Arc;
+
 use agent_client_protocol_schema::v1::{
     Content, ContentBlock, ContentChunk, Diff, ImageContent, MessageId, Plan, PlanEntry, PlanEntryPriority,
     PlanEntryStatus, ResourceLink, SessionId, SessionNotification, SessionUpdate, Terminal, ToolCall, ToolCallContent,
@@ -17,11 +19,14 @@ use agent_client_protocol_schema::v1::{
 use crate::agent::{AgentEvent, EventSink, ToolCallChange, ToolCallStatus};
 use crate::rpc::{Outbox, encode_notification};
 use crate::session::Journal;
+use crate::store::{Chunk, ChunkKind};
 use crate::tools::{DisplayContent, Location, PlanItem, PlanPriority, PlanStatus, ToolKind};
 
 /// Sends one session's agent events as `session/update` notifications, and
-/// records each, byte for byte, in the session's journal so that
-/// `session/load` can replay exactly what the user saw.
+/// records each in the session's journal so that `session/load` can replay
+/// exactly what the user saw: streamed plain-text chunks as their text (the
+/// store merges a message's chunks into one record, and the replay sends
+/// them as one chunk), every other update byte for byte.
 pub struct SessionEvents {
     /// The connection.
     pub outbox: Outbox,
@@ -34,20 +39,40 @@ pub struct SessionEvents {
 impl SessionEvents {
     /// Sends (and records) one update.
     pub fn send(&self, update: SessionUpdate) {
+        let Some(journal) = &self.journal else {
+            if let Some(line) = self.encode(update) {
+                self.outbox.send_encoded(line);
+            }
+            return;
+        };
+        let chunk = streamed_text(&update);
         let Some(line) = self.encode(update) else { return };
-        let Some(journal) = &self.journal else { return self.outbox.send_encoded(line) };
-        // The editor first: the journal's copy, and waking its thread, stay
-        // off the path every streamed token takes to the screen.
-        let mut kept = Vec::with_capacity(line.len() + 1);
-        kept.extend_from_slice(&line);
-        self.outbox.send_encoded(line);
-        journal.record_update_line(kept);
+        match chunk {
+            // The editor first: the journal's copy, and waking its thread,
+            // stay off the path every streamed token takes to the screen.
+            Some(chunk) => {
+                self.outbox.send_encoded(line);
+                journal.record_chunk(chunk);
+            }
+            None => {
+                let mut kept = Vec::with_capacity(line.len() + 1);
+                kept.extend_from_slice(&line);
+                self.outbox.send_encoded(line);
+                journal.record_update_line(kept);
+            }
+        }
     }
 
     /// Records an update without sending it (what the user typed: the editor shows it already).
     pub fn record_only(&self, update: SessionUpdate) {
-        if let (Some(journal), Some(line)) = (&self.journal, self.encode(update)) {
-            journal.record_update_line(line);
+        let Some(journal) = &self.journal else { return };
+        match streamed_text(&update) {
+            Some(chunk) => journal.record_chunk(chunk),
+            None => {
+                if let Some(line) = self.encode(update) {
+                    journal.record_update_line(line);
+                }
+            }
         }
     }
 
@@ -74,6 +99,36 @@ impl EventSink for SessionEvents {
     fn emit(&self, event: AgentEvent) {
         self.send(to_update(event));
     }
+}
+
+/// Records one update of session `session_id` in `journal` the way
+/// [`SessionEvents`] does, for a front end that shows it some other way
+/// (the terminal's): streamed text as a chunk, anything else as the line an
+/// editor would have been sent.
+pub fn record(journal: &Journal, session_id: &SessionId, update: SessionUpdate) {
+    match streamed_text(&update) {
+        Some(chunk) => journal.record_chunk(chunk),
+        None => match encode_notification("session/update", &SessionNotification::new(session_id.clone(), update)) {
+            Ok(line) => journal.record_update_line(line),
+            Err(err) => tracing::error!(%err, "cannot encode a session update"),
+        },
+    }
+}
+
+/// A message chunk of plain text (what streaming sends), as the journal
+/// keeps it; `None` for anything else, which is recorded as sent.
+fn streamed_text(update: &SessionUpdate) -> Option<Chunk> {
+    let (kind, chunk) = match update {
+        SessionUpdate::AgentMessageChunk(chunk) => (ChunkKind::Agent, chunk),
+        SessionUpdate::AgentThoughtChunk(chunk) => (ChunkKind::Thought, chunk),
+        SessionUpdate::UserMessageChunk(chunk) => (ChunkKind::User, chunk),
+        _ => return None,
+    };
+    let ContentBlock::Text(text) = &chunk.content else { return None };
+    if chunk.meta.is_some() || text.meta.is_some() || text.annotations.is_some() {
+        return None;
+    }
+    Some(Chunk { kind, message_id: chunk.message_id.as_ref().map(|id| Arc::clone(&id.0)), text: text.text.clone() })
 }
 
 /// The `session/update` for an agent event.

@@ -51,6 +51,7 @@ use serde_json::{Map, Value};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use crate::cancel::{Cancelled, OrCancel as _};
 use crate::child::Launcher;
 use crate::config::{McpServer, McpSettings, McpTransport};
 use crate::model::ToolDefinition;
@@ -227,11 +228,7 @@ impl McpHub {
     /// The first connection to server `index`.
     async fn start_server(self: Arc<Self>, index: usize) {
         let slot = &self.servers[index];
-        let connected = tokio::select! {
-            biased;
-            () = self.token.cancelled() => return,
-            connected = self.connect(index) => connected,
-        };
+        let Ok(connected) = self.connect(index).or_cancel(&self.token).await else { return };
         match connected {
             Ok((connection, tools)) => {
                 tracing::info!(server = %slot.spec.name, tools = tools.len(), "MCP server connected");
@@ -296,10 +293,8 @@ impl McpHub {
     async fn refresh_lists(self: Arc<Self>, index: usize) {
         let slot = &self.servers[index];
         loop {
-            tokio::select! {
-                biased;
-                () = self.token.cancelled() => return,
-                () = slot.lists.wake.notified() => {}
+            if slot.lists.wake.notified().or_cancel(&self.token).await.is_err() {
+                return;
             }
             let target = slot.lists.requested.load(Ordering::SeqCst);
             let peer = match &*lock(&slot.state) {
@@ -358,11 +353,10 @@ impl McpHub {
             if done() {
                 return Some(());
             }
-            tokio::select! {
-                biased;
-                () = cancel.cancelled() => return None,
-                () = tokio::time::sleep_until(deadline) => return Some(()),
-                () = changed => {}
+            match tokio::time::timeout_at(deadline, changed).or_cancel(cancel).await {
+                Err(Cancelled) => return None,
+                Ok(Err(_elapsed)) => return Some(()),
+                Ok(Ok(())) => {}
             }
         }
     }
@@ -413,10 +407,8 @@ impl McpHub {
     ) -> Result<Arc<Connection>, Unusable> {
         let slot = &self.servers[index];
         let name = &slot.spec.name;
-        let _one_at_a_time = tokio::select! {
-            biased;
-            () = cancel.cancelled() => return Err(Unusable::Cancelled),
-            guard = slot.restarting.lock() => guard,
+        let Ok(_one_at_a_time) = slot.restarting.lock().or_cancel(cancel).await else {
+            return Err(Unusable::Cancelled);
         };
         {
             let mut state = lock(&slot.state);
@@ -442,19 +434,15 @@ impl McpHub {
             )));
         }
         tracing::warn!(server = %name, why = %why, "MCP server stopped; starting it again");
-        let connected = tokio::select! {
-            biased;
-            () = cancel.cancelled() => {
-                // Not tried: the next call may try.
-                let mut state = lock(&slot.state);
-                if matches!(*state, State::Starting) {
-                    *state = State::Ready(old);
-                }
-                drop(state);
-                self.changed.notify_waiters();
-                return Err(Unusable::Cancelled);
+        let Ok(connected) = self.connect(index).or_cancel(cancel).await else {
+            // Not tried: the next call may try.
+            let mut state = lock(&slot.state);
+            if matches!(*state, State::Starting) {
+                *state = State::Ready(old);
             }
-            connected = self.connect(index) => connected,
+            drop(state);
+            self.changed.notify_waiters();
+            return Err(Unusable::Cancelled);
         };
         slot.restarted.store(true, Ordering::SeqCst);
         drop(old);
@@ -513,23 +501,21 @@ impl McpHub {
         let weak = Arc::downgrade(&connection);
         drop(connection);
         let params = CallToolRequestParams::new(tool.clone()).with_arguments(call.arguments);
-        let outcome = tokio::select! {
-            biased;
-            // Dropping the request makes rmcp send the server `notifications/cancelled`.
-            () = cancel.cancelled() => return ToolOutcome::cancelled(),
-            () = tokio::time::sleep(self.settings.call_timeout) => ToolOutcome::failed(format!(
+        // Dropping the request (cancelled, or timed out) makes rmcp send the
+        // server `notifications/cancelled`.
+        let answered = tokio::time::timeout(self.settings.call_timeout, peer.call_tool(params)).or_cancel(cancel).await;
+        let outcome = match answered {
+            Err(Cancelled) => return ToolOutcome::cancelled(),
+            Ok(Err(_elapsed)) => ToolOutcome::failed(format!(
                 "The MCP server `{server}` did not answer this `{tool}` call within {}, so lathe cancelled it. \
                  The server may be stuck: try again later, or do without this tool.",
                 seconds(self.settings.call_timeout)
             )),
-            result = peer.call_tool(params) => match result {
-                Ok(result) => present::outcome(result),
-                Err(ServiceError::McpError(error)) => ToolOutcome::failed(format!(
-                    "The MCP server `{server}` refused this `{tool}` call: {}",
-                    error.message
-                )),
-                Err(error) => self.lost(entry.server, &weak, &tool, &error).await,
-            },
+            Ok(Ok(Ok(result))) => present::outcome(result),
+            Ok(Ok(Err(ServiceError::McpError(error)))) => {
+                ToolOutcome::failed(format!("The MCP server `{server}` refused this `{tool}` call: {}", error.message))
+            }
+            Ok(Ok(Err(error))) => self.lost(entry.server, &weak, &tool, &error).await,
         };
         // A call that changed the server's tools returns once the new list is in.
         let lists = &slot.lists;

@@ -109,6 +109,9 @@ impl Link {
             }))
         };
         loop {
+            // Not a cancel race: three sources of lines, served as they come.
+            // The bridge ends when rmcp drops its end of the pipe (the
+            // session's token reaches it through the connection).
             let line = tokio::select! {
                 event = events.next() => match event {
                     Some(Ok(event)) => match incoming_line(event) {

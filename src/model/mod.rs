@@ -519,6 +519,8 @@ impl ResponseStream {
             if self.done {
                 return None;
             }
+            // Not a cancel race (the turn races this whole call with
+            // `or_cancel`): the idle deadline, reset by every event.
             let item = tokio::select! {
                 item = self.events.next() => item,
                 () = &mut self.idle => return Some(Err(ModelError::StreamStalled(self.idle_timeout))),

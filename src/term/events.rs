@@ -1,6 +1,6 @@
 //! The terminal's [`EventSink`]: every agent event becomes the ACP
 //! `session/update` an editor would get (recorded in the session's journal
-//! byte for byte as the ACP side records it), and is shown: as plain text
+//! as the ACP side records it), and is shown: as plain text
 //! (the answer on stdout, the rest as short lines on stderr), as rendered
 //! Markdown with a spinner (`chat`), or as one JSON object per line (`exec
 //! --json`: the `session/update` params, exactly what an ACP client gets).
@@ -15,10 +15,9 @@ use agent_client_protocol_schema::v1::{
 
 use super::lock;
 use super::style::{self, Paint};
-use crate::acp::updates::{Lines, shown, to_update};
+use crate::acp::updates::{Lines, record, shown, to_update};
 use crate::agent::{AgentEvent, EventSink, ToolCallChange, ToolCallStatus};
 use crate::model::UserPart;
-use crate::rpc::encode_notification;
 use crate::session::Journal;
 use crate::tools::{DisplayContent, PlanItem, PlanStatus, ToolKind};
 
@@ -64,8 +63,8 @@ impl TermEvents {
         for part in parts {
             if let UserPart::Text { text } = part {
                 let update = SessionUpdate::UserMessageChunk(ContentChunk::new(ContentBlock::from(text.as_str())));
-                if let (Some(journal), Some(line)) = (&self.journal, self.encode(&update)) {
-                    journal.record_update_line(line);
+                if let Some(journal) = &self.journal {
+                    record(journal, &self.session_id, update);
                 }
             }
         }
@@ -90,24 +89,13 @@ impl TermEvents {
     pub fn finish(&self) {
         lock(&self.screen).finish();
     }
-
-    fn encode(&self, update: &SessionUpdate) -> Option<Vec<u8>> {
-        let notification = SessionNotification::new(self.session_id.clone(), update.clone());
-        match encode_notification("session/update", &notification) {
-            Ok(line) => Some(line),
-            Err(err) => {
-                tracing::error!(%err, "cannot encode a session update");
-                None
-            }
-        }
-    }
 }
 
 impl EventSink for TermEvents {
     fn emit(&self, event: AgentEvent) {
         let update = to_update(event.clone());
-        if let (Some(journal), Some(line)) = (&self.journal, self.encode(&update)) {
-            journal.record_update_line(line);
+        if let Some(journal) = &self.journal {
+            record(journal, &self.session_id, update.clone());
         }
         let mut screen = lock(&self.screen);
         match screen.output {

@@ -123,13 +123,14 @@ pub struct Engine {
 impl Engine {
     /// Opens the store (warning on stderr when sessions cannot be saved).
     pub async fn start(config: Config) -> Engine {
+        let retention = crate::store::Retention { keep_days: config.sessions.keep_days };
         let store = match config.data_dir.clone() {
             None => Err("no data directory: set --data-dir or LATHE_DATA_DIR".to_owned()),
             Some(dir) => {
                 let failures: FailureSink = Box::new(|failure| {
                     style::warn_line(&format!("could not save session {}: {}", failure.session_id, failure.error));
                 });
-                match tokio::task::spawn_blocking(move || Store::open(&dir, failures)).await {
+                match tokio::task::spawn_blocking(move || Store::open(&dir, retention, failures)).await {
                     Ok(Ok(store)) => Ok(Arc::new(store)),
                     Ok(Err(err)) => Err(err.to_string()),
                     Err(err) => Err(err.to_string()),
@@ -186,12 +187,9 @@ impl Engine {
     async fn last_session_in(&self, cwd: &std::path::Path) -> Result<String, OpenError> {
         let store = self.store.clone().map_err(OpenError::NoStore)?;
         let cwd_owned: PathBuf = cwd.to_path_buf();
-        let sessions = tokio::task::spawn_blocking(move || store.list()).await.unwrap_or_default();
-        sessions
-            .into_iter()
-            .filter(|meta| meta.cwd == cwd_owned)
-            .max_by(|a, b| a.updated_at.cmp(&b.updated_at))
-            .map(|meta| meta.session_id)
+        let page = tokio::task::spawn_blocking(move || store.list(Some(&cwd_owned), None, 1)).await.ok();
+        page.and_then(|page| page.sessions.into_iter().next())
+            .map(|summary| summary.session_id)
             .ok_or_else(|| OpenError::NothingToContinue(cwd.display().to_string()))
     }
 
@@ -218,9 +216,7 @@ impl Engine {
         store.written().wait().await;
         let reading = {
             let (store, id) = (Arc::clone(&store), id.to_owned());
-            tokio::task::spawn_blocking(move || {
-                store.load(&id).map(|stored| (stored.meta, setup::recover_transcript(&stored.records)))
-            })
+            tokio::task::spawn_blocking(move || crate::acp::stored_transcript(&store, &id))
         };
         let (mut meta, transcript) = reading.await.map_err(|err| {
             OpenError::Store(StoreError::Corrupt { path: PathBuf::from(id), message: err.to_string() })

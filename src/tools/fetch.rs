@@ -32,6 +32,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{Access, Description, DisplayContent, ToolContext, ToolLimits, ToolOutcome};
+use crate::cancel::OrCancel as _;
 
 /// Redirects followed before giving up.
 pub const MAX_REDIRECTS: usize = 5;
@@ -149,11 +150,7 @@ pub async fn fetch(args: FetchArgs, ctx: &ToolContext<'_>) -> ToolOutcome {
     let max_bytes = args.max_bytes(limits);
     let timeout = limits.fetch_timeout;
     let work = tokio::time::timeout(timeout, fetch_page(url.clone(), &args.trust, limits, max_bytes));
-    let fetched = tokio::select! {
-        biased;
-        () = ctx.cancel.cancelled() => return ToolOutcome::cancelled(),
-        fetched = work => fetched,
-    };
+    let Ok(fetched) = work.or_cancel(ctx.cancel).await else { return ToolOutcome::cancelled() };
     match fetched {
         Ok(Ok(page)) => page.outcome(&url, max_bytes, limits),
         Ok(Err(failure)) => failure.outcome(),

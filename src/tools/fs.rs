@@ -38,20 +38,27 @@
 //! A file whose current text cannot be read (binary, too large) cannot be
 //! compared and is written as before. The check and the write are separate
 //! steps, so a change landing between them (milliseconds) is not caught.
+//!
+//! # Cancellation
+//!
+//! A cancel before the write leaves the file alone and the call cancelled. A
+//! local write that has started runs to its end (it is milliseconds of disk
+//! work and cannot be withdrawn), so the call waits for it and reports what
+//! happened, recording the new version as seen: the model is never told
+//! "cancelled" about a file that changed.
 
 use std::fmt::Write as _;
-use std::future::Future;
 use std::path::Path;
 
 use serde::{Deserialize, Deserializer};
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 use super::local::{BINARY_SNIFF_BYTES, read_text_blocking, size_text};
 use super::versions::Freshness;
 use super::{
     Access, Description, DisplayContent, HostError, Location, OutcomeStatus, ToolContext, ToolLimits, ToolOutcome,
 };
+use crate::cancel::{Cancelled, OrCancel as _};
 use crate::fs_guard::{Found, Target};
 
 /// Largest file `describe_*` reads to preview a change; bigger files get no preview.
@@ -306,10 +313,10 @@ pub async fn read_file(args: ReadFileArgs, target: &Target, ctx: &ToolContext<'_
         Found::Unresolvable(why) => return ToolOutcome::failed(format!("Cannot read {shown}: {why}.")),
         Found::File { .. } | Found::Missing => {}
     }
-    let text = match race(ctx.cancel, ctx.host.read_text_file(target)).await {
-        None => return ToolOutcome::cancelled(),
-        Some(Ok(text)) => text,
-        Some(Err(err)) => return ToolOutcome::failed(read_error(&err, &args.path, target, "")),
+    let text = match ctx.host.read_text_file(target).or_cancel(ctx.cancel).await {
+        Err(Cancelled) => return ToolOutcome::cancelled(),
+        Ok(Ok(text)) => text,
+        Ok(Err(err)) => return ToolOutcome::failed(read_error(&err, &args.path, target, "")),
     };
     if looks_binary(&text) {
         return ToolOutcome::failed(format!(
@@ -375,11 +382,11 @@ pub async fn write_file(args: WriteFileArgs, target: &Target, ctx: &ToolContext<
         Found::Missing => false,
     };
     let old = if exists {
-        match race(ctx.cancel, ctx.host.read_text_file(target)).await {
-            None => return ToolOutcome::cancelled(),
+        match ctx.host.read_text_file(target).or_cancel(ctx.cancel).await {
+            Err(Cancelled) => return ToolOutcome::cancelled(),
             // Text that cannot be read (binary, too large) cannot be compared;
             // it only costs the check and the diff, not the write.
-            Some(result) => result.ok().filter(|old| !looks_binary(old)),
+            Ok(result) => result.ok().filter(|old| !looks_binary(old)),
         }
     } else {
         None
@@ -389,13 +396,10 @@ pub async fn write_file(args: WriteFileArgs, target: &Target, ctx: &ToolContext<
     {
         return refusal;
     }
-    if ctx.cancel.is_cancelled() {
-        return ToolOutcome::cancelled();
-    }
-    match race(ctx.cancel, ctx.host.write_text_file(target, &args.content)).await {
-        None => return ToolOutcome::cancelled(),
-        Some(Err(err)) => return ToolOutcome::failed(write_error(&err, &shown)),
-        Some(Ok(())) => {}
+    match write(ctx, target, &args.content).await {
+        Err(Cancelled) => return ToolOutcome::cancelled(),
+        Ok(Err(err)) => return ToolOutcome::failed(write_error(&err, &shown)),
+        Ok(Ok(())) => {}
     }
     ctx.seen.record(&path, &args.content);
     let lines = plural(args.content.lines().count(), "line");
@@ -449,10 +453,10 @@ pub async fn edit_file(args: EditFileArgs, target: &Target, ctx: &ToolContext<'_
         Found::Unresolvable(why) => return ToolOutcome::failed(format!("Cannot edit {shown}: {why}.")),
         Found::File { .. } | Found::Missing => {}
     }
-    let old = match race(ctx.cancel, ctx.host.read_text_file(target)).await {
-        None => return ToolOutcome::cancelled(),
-        Some(Ok(text)) => text,
-        Some(Err(err)) => {
+    let old = match ctx.host.read_text_file(target).or_cancel(ctx.cancel).await {
+        Err(Cancelled) => return ToolOutcome::cancelled(),
+        Ok(Ok(text)) => text,
+        Ok(Err(err)) => {
             return ToolOutcome::failed(read_error(&err, &args.path, target, " To create a new file, use write_file."));
         }
     };
@@ -466,13 +470,10 @@ pub async fn edit_file(args: EditFileArgs, target: &Target, ctx: &ToolContext<'_
         Ok(applied) => applied,
         Err(message) => return ToolOutcome::failed(message),
     };
-    if ctx.cancel.is_cancelled() {
-        return ToolOutcome::cancelled();
-    }
-    match race(ctx.cancel, ctx.host.write_text_file(target, &applied.text)).await {
-        None => return ToolOutcome::cancelled(),
-        Some(Err(err)) => return ToolOutcome::failed(write_error(&err, &shown)),
-        Some(Ok(())) => {}
+    match write(ctx, target, &applied.text).await {
+        Err(Cancelled) => return ToolOutcome::cancelled(),
+        Ok(Err(err)) => return ToolOutcome::failed(write_error(&err, &shown)),
+        Ok(Ok(())) => {}
     }
     ctx.seen.record(&path, &applied.text);
     let line = first_changed_line(&old, &applied.text);
@@ -494,6 +495,23 @@ pub async fn edit_file(args: EditFileArgs, target: &Target, ctx: &ToolContext<'_
         locations: Some(vec![Location { path, line: Some(line_number(line)) }]),
         raw_output: None,
     }
+}
+
+/// Writes `content` to the judged target through the host, unless the turn
+/// is cancelled first. The token is checked before the write starts; a
+/// write that finishes once started (a local one, see
+/// [`Host::write_finishes_once_started`](super::Host::write_finishes_once_started))
+/// is then waited for, not raced: a cancel arriving meanwhile must not tell
+/// the model "cancelled" about a file that changed, nor leave the versions
+/// the model has seen behind, so that its next edit would be refused as a
+/// change made behind its back. An editor's write is a request, raced
+/// against the token (dropping it withdraws the request).
+async fn write(ctx: &ToolContext<'_>, target: &Target, content: &str) -> Result<Result<(), HostError>, Cancelled> {
+    if ctx.cancel.is_cancelled() {
+        return Err(Cancelled);
+    }
+    let writing = ctx.host.write_text_file(target, content);
+    if ctx.host.write_finishes_once_started() { Ok(writing.await) } else { writing.or_cancel(ctx.cancel).await }
 }
 
 /// What a call is about to do to an existing file.
@@ -570,16 +588,6 @@ pub fn unified_diff(old: &str, new: &str, path_label: &str) -> String {
         .context_radius(3)
         .header(&format!("a/{path_label}"), &format!("b/{path_label}"))
         .to_string()
-}
-
-/// Resolves `work` unless the turn is cancelled first; dropping the host's
-/// future withdraws a pending editor request.
-async fn race<T>(cancel: &CancellationToken, work: impl Future<Output = T>) -> Option<T> {
-    tokio::select! {
-        biased;
-        () = cancel.cancelled() => None,
-        value = work => Some(value),
-    }
 }
 
 /// Binary content the editor handed over as text (the local host refuses it
@@ -1015,6 +1023,9 @@ mod tests {
     use std::path::PathBuf;
     use std::time::Duration;
 
+    use futures_util::future::BoxFuture;
+    use tokio_util::sync::CancellationToken;
+
     use super::*;
     use crate::tools::local::LocalHost;
     use crate::tools::versions::FileVersions;
@@ -1268,6 +1279,72 @@ mod tests {
         assert_eq!(created.status, OutcomeStatus::Cancelled);
         assert_eq!(fx.content("keep.txt"), "original\n");
         assert!(!fx.cwd().join("fresh.txt").exists());
+    }
+
+    /// The local disk, with the user's cancel landing while a write is under
+    /// way: the write completes, then the token is cancelled before the call
+    /// hears back.
+    struct CancelMidWrite<'a>(&'a CancellationToken);
+
+    impl crate::tools::Host for CancelMidWrite<'_> {
+        fn read_text_file<'a>(&'a self, target: &'a Target) -> BoxFuture<'a, Result<String, HostError>> {
+            LocalHost.read_text_file(target)
+        }
+        fn write_text_file<'a>(&'a self, target: &'a Target, content: &'a str) -> BoxFuture<'a, Result<(), HostError>> {
+            Box::pin(async move {
+                let written = LocalHost.write_text_file(target, content).await;
+                self.0.cancel();
+                tokio::task::yield_now().await;
+                written
+            })
+        }
+        fn reads_via_client(&self) -> bool {
+            false
+        }
+        fn writes_in_place(&self) -> bool {
+            false
+        }
+        fn write_finishes_once_started(&self) -> bool {
+            LocalHost.write_finishes_once_started()
+        }
+        fn terminals(&self) -> Option<&dyn crate::tools::Terminals> {
+            None
+        }
+    }
+
+    /// Issue 12 item 3: a cancel that lands while a local write runs does not
+    /// report "cancelled" about a file that changed, and the version the model
+    /// has seen follows the file, so its next edit is not refused as a change
+    /// made behind its back.
+    #[tokio::test]
+    async fn a_write_under_way_when_cancelled_reports_what_it_did() {
+        let fx = Fixture::new();
+        let path = fx.file("notes.md", "one\n");
+        assert_eq!(fx.read(json!({"path": "notes.md"})).await.status, OutcomeStatus::Completed);
+        let cancel = CancellationToken::new();
+        let host = CancelMidWrite(&cancel);
+        let ctx = ToolContext { host: &host, cancel: &cancel, ..fx.ctx() };
+        let target = Target::resolve(fx.cwd(), "notes.md");
+        let args: WriteFileArgs = serde_json::from_value(json!({"path": "notes.md", "content": "two\n"})).unwrap();
+        let written = write_file(args, &target, &ctx).await;
+        assert!(cancel.is_cancelled());
+        assert_eq!(written.status, OutcomeStatus::Completed, "{}", written.for_model);
+        assert_eq!(written.for_model, "Wrote 1 line to notes.md.");
+        assert_eq!(fx.content("notes.md"), "two\n");
+        assert_eq!(fx.seen.check(&path, "two\n"), Freshness::Current);
+
+        let cancel = CancellationToken::new();
+        let host = CancelMidWrite(&cancel);
+        let ctx = ToolContext { host: &host, cancel: &cancel, ..fx.ctx() };
+        let args: EditFileArgs =
+            serde_json::from_value(json!({"path": "notes.md", "old_string": "two", "new_string": "three"})).unwrap();
+        let edited = edit_file(args, &target, &ctx).await;
+        assert_eq!(edited.status, OutcomeStatus::Completed, "{}", edited.for_model);
+        assert_eq!(fx.content("notes.md"), "three\n");
+
+        let next = fx.edit(json!({"path": "notes.md", "old_string": "three", "new_string": "four"})).await;
+        assert_eq!(next.status, OutcomeStatus::Completed, "the next edit goes through: {}", next.for_model);
+        assert_eq!(fx.content("notes.md"), "four\n");
     }
 
     #[tokio::test]

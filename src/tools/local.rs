@@ -63,6 +63,10 @@ impl Host for LocalHost {
         false
     }
 
+    fn write_finishes_once_started(&self) -> bool {
+        true
+    }
+
     fn terminals(&self) -> Option<&dyn Terminals> {
         None
     }

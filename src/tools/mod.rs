@@ -344,6 +344,17 @@ enum Args {
     Fetch(fetch::FetchArgs),
 }
 
+/// How long a cancelled turn waits for a tool to wind down (kill its
+/// processes, withdraw its requests) before it stops waiting for it.
+pub const CANCEL_GRACE: Duration = Duration::from_millis(100);
+
+/// How long a cancelled turn waits for a local file write that has started:
+/// it runs to its end whatever happens (see [`Host::write_finishes_once_started`]),
+/// in milliseconds unless the disk is in trouble, and waiting for it is what
+/// lets the model hear what happened to the file. Bounded, so a hung disk
+/// cannot keep the turn from answering.
+pub const STARTED_WRITE_GRACE: Duration = Duration::from_secs(5);
+
 impl PreparedCall {
     /// Tells a `shell` call whether it runs in the session's sandbox (see
     /// [`crate::permission::Policy::runs_sandboxed`]). Other calls start no
@@ -351,6 +362,25 @@ impl PreparedCall {
     pub fn set_sandboxed(&mut self, sandboxed: bool) {
         if let Args::Shell(args) = &mut self.args {
             args.sandboxed = sandboxed;
+        }
+    }
+
+    /// How long a cancelled turn waits for this call to finish once the
+    /// token is cancelled: [`STARTED_WRITE_GRACE`] for a write or an edit
+    /// that `host` does locally (it may be mid-write, and a call that had
+    /// not started writing returns at once anyway), else [`CANCEL_GRACE`].
+    pub fn cancel_grace(&self, host: &dyn Host) -> Duration {
+        match self.tool {
+            Tool::WriteFile | Tool::EditFile if host.write_finishes_once_started() => STARTED_WRITE_GRACE,
+            Tool::ReadFile
+            | Tool::WriteFile
+            | Tool::EditFile
+            | Tool::ListDirectory
+            | Tool::Glob
+            | Tool::Grep
+            | Tool::Shell
+            | Tool::UpdatePlan
+            | Tool::Fetch => CANCEL_GRACE,
         }
     }
 
@@ -646,6 +676,14 @@ pub trait Host: Send + Sync {
     /// than replacing it by rename; such a write to a file with other hard
     /// links changes all of them, so it is judged outside the roots.
     fn writes_in_place(&self) -> bool;
+    /// Whether a write, once started, runs to its end even if its future is
+    /// dropped (a local write: milliseconds of disk work, no request to
+    /// withdraw). Such a write is not raced against cancellation: the tool
+    /// waits for it and reports what happened to the file. An editor's write
+    /// is a request that cancellation withdraws, so the default is `false`.
+    fn write_finishes_once_started(&self) -> bool {
+        false
+    }
     /// The editor's terminals, when it offers them.
     fn terminals(&self) -> Option<&dyn Terminals>;
     /// How local processes are started (environment, supervision). The

@@ -46,6 +46,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::paths;
 use super::{Access, Description, DisplayContent, Location, ToolContext, ToolOutcome};
+use crate::cancel::{Cancelled, OrCancel as _};
 use crate::fs_guard::{Found, Target};
 
 /// Deepest `depth` `list_directory` accepts; deeper trees are `glob`'s job.
@@ -284,7 +285,7 @@ pub async fn list_directory(args: ListDirectoryArgs, target: &Target, ctx: &Tool
         cap: ctx.limits.max_listed_entries,
         cancel: ctx.cancel.clone(),
     };
-    run_blocking(ctx.cancel, move || job.run()).await
+    blocking_job(move || job.run()).or_cancel(ctx.cancel).await.unwrap_or_else(|Cancelled| ToolOutcome::cancelled())
 }
 
 /// Runs `glob` under the judged directory.
@@ -301,7 +302,7 @@ pub async fn glob(args: GlobArgs, target: &Target, ctx: &ToolContext<'_>) -> Too
         cap: ctx.limits.max_listed_entries,
         cancel: ctx.cancel.clone(),
     };
-    run_blocking(ctx.cancel, move || job.run()).await
+    blocking_job(move || job.run()).or_cancel(ctx.cancel).await.unwrap_or_else(|Cancelled| ToolOutcome::cancelled())
 }
 
 /// Runs `grep` in the judged file or directory.
@@ -342,21 +343,19 @@ pub async fn grep(args: GrepArgs, target: &Target, ctx: &ToolContext<'_>) -> Too
         skipped: Arc::default(),
         cancel: ctx.cancel.clone(),
     };
-    run_blocking(ctx.cancel, move || job.run()).await
+    blocking_job(move || job.run()).or_cancel(ctx.cancel).await.unwrap_or_else(|Cancelled| ToolOutcome::cancelled())
 }
 
-/// Runs file system work on a blocking thread. Cancellation answers at once;
-/// the work notices the token on its own and stops soon after.
-async fn run_blocking<F>(cancel: &CancellationToken, work: F) -> ToolOutcome
+/// File system work on a blocking thread. The caller races it against the
+/// turn's token: cancellation answers at once, and the work notices the
+/// token on its own and stops soon after.
+async fn blocking_job<F>(work: F) -> ToolOutcome
 where
     F: FnOnce() -> ToolOutcome + Send + 'static,
 {
-    let handle = tokio::task::spawn_blocking(work);
-    tokio::select! {
-        biased;
-        () = cancel.cancelled() => ToolOutcome::cancelled(),
-        joined = handle => joined.unwrap_or_else(|err| ToolOutcome::failed(format!("The search stopped unexpectedly: {err}"))),
-    }
+    tokio::task::spawn_blocking(work)
+        .await
+        .unwrap_or_else(|err| ToolOutcome::failed(format!("The search stopped unexpectedly: {err}")))
 }
 
 /// A completed outcome whose text the editor shows verbatim (in a code

@@ -33,7 +33,6 @@
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::Mutex;
@@ -50,6 +49,7 @@ use super::{
     Access, Description, DisplayContent, OutcomeStatus, Progress, TerminalCommand, TerminalExit, TerminalOutput,
     Terminals, ToolContext, ToolLimits, ToolOutcome, paths,
 };
+use crate::cancel::{Cancelled, OrCancel as _};
 
 /// The shell every command line runs under. POSIX `sh` rather than the
 /// user's `$SHELL`, so the same command means the same thing on every machine
@@ -664,15 +664,6 @@ fn outcome(ending: &Ending, output: &str, content: Vec<DisplayContent>) -> ToolO
     }
 }
 
-/// Awaits `future` unless the turn is cancelled first.
-async fn unless_cancelled<T>(ctx: &ToolContext<'_>, future: impl Future<Output = T>) -> Option<T> {
-    tokio::select! {
-        biased;
-        () = ctx.cancel.cancelled() => None,
-        value = future => Some(value),
-    }
-}
-
 // ---------------------------------------------------------------------------
 // Editor terminals
 // ---------------------------------------------------------------------------
@@ -694,9 +685,9 @@ async fn run_in_terminal(terminals: &dyn Terminals, run: &Run<'_>, ctx: &ToolCon
     };
     let create = terminals.create(request);
     tokio::pin!(create);
-    let created = match unless_cancelled(ctx, &mut create).await {
-        Some(created) => created,
-        None => {
+    let created = match (&mut create).or_cancel(ctx.cancel).await {
+        Ok(created) => created,
+        Err(Cancelled) => {
             // The editor may already have started the command; give it a
             // moment to tell us which terminal so that it can be freed.
             if let Ok(Ok(id)) = tokio::time::timeout(CREATE_GRACE, create).await {
@@ -732,19 +723,19 @@ async fn terminal_session(
     timeout: Duration,
     ctx: &ToolContext<'_>,
 ) -> Option<ToolOutcome> {
-    let waited = unless_cancelled(ctx, tokio::time::timeout(timeout, terminals.wait_for_exit(id))).await?;
+    let waited = tokio::time::timeout(timeout, terminals.wait_for_exit(id)).or_cancel(ctx.cancel).await.ok()?;
     let ending = match waited {
         Ok(Ok(exit)) => Ok(terminal_ending(&exit)),
         Ok(Err(err)) => Err(format!("The editor could not wait for the command: {err}")),
         Err(_elapsed) => {
-            if let Err(err) = unless_cancelled(ctx, terminals.kill(id)).await? {
+            if let Err(err) = terminals.kill(id).or_cancel(ctx.cancel).await.ok()? {
                 tracing::warn!(terminal = id, %err, "could not kill a timed-out terminal command");
             }
             Ok(Ending::TimedOut(timeout))
         }
     };
-    let output = unless_cancelled(ctx, terminals.output(id)).await?;
-    let released = unless_cancelled(ctx, terminals.release(id)).await?;
+    let output = terminals.output(id).or_cancel(ctx.cancel).await.ok()?;
+    let released = terminals.release(id).or_cancel(ctx.cancel).await.ok()?;
     if let Err(err) = released {
         tracing::warn!(terminal = id, %err, "could not release a terminal");
     }
@@ -863,6 +854,8 @@ async fn run_locally(run: &Run<'_>, ctx: &ToolContext<'_>) -> ToolOutcome {
 
     // Reading comes last: under endless output it is always ready, and
     // tokio's cooperative budget then returns control so the others run.
+    // Not a plain cancel race: the command's exit, its deadline and its
+    // output are waited on together, with cancellation first.
     let race = loop {
         tokio::select! {
             biased;
@@ -896,6 +889,7 @@ async fn run_locally(run: &Run<'_>, ctx: &ToolContext<'_>) -> ToolOutcome {
             group.signal(Signal::SIGTERM);
             let grace = tokio::time::sleep(KILL_GRACE);
             tokio::pin!(grace);
+            // As above: the grace period, the exit and the output together.
             loop {
                 tokio::select! {
                     biased;
@@ -918,8 +912,8 @@ async fn run_locally(run: &Run<'_>, ctx: &ToolContext<'_>) -> ToolOutcome {
 
     if !read_done {
         // Bounded: a process that escaped the group may keep a pipe open.
-        let drained = unless_cancelled(ctx, tokio::time::timeout(IO_DRAIN_TIMEOUT, &mut reading)).await;
-        if drained.is_none() {
+        let drained = tokio::time::timeout(IO_DRAIN_TIMEOUT, &mut reading).or_cancel(ctx.cancel).await;
+        if drained.is_err() {
             return ToolOutcome::cancelled();
         }
     }

@@ -12,7 +12,10 @@
 #[path = "../../benches/e2e/measure.rs"]
 mod measure;
 
+/// The stress tier: seconds of release-style workloads against the debug
+/// binary. `.ci/run` runs it as a step of its own.
 #[test]
+#[ignore = "stress tier: .ci/run runs it with `cargo test -- --ignored`"]
 fn every_benchmark_measurement_runs() {
     let options = measure::Options::smoke(env!("CARGO_BIN_EXE_lathe").into());
     let started = std::time::Instant::now();

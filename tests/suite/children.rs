@@ -89,7 +89,7 @@ async fn nothing_outlives_a_killed_lathe() {
         fixture_path(),
         log.display().to_string()
     );
-    let mut h = Harness::with_config(&config).await;
+    let mut h = Harness::process(&config, &[]).await;
     let session = h.session().await;
     set_mode(&mut h, &session, "full-auto").await;
     let marker = h.project.join("started");
@@ -147,7 +147,7 @@ async fn children_never_see_the_secrets() {
                           DB_PASSWORD=unset\nCLOUD_KEY=unset\nCLOUD_REGION=eu-kept\nPLAIN_SETTING=plain-kept";
 
     // A local shell command and the MCP server.
-    let mut h = Harness::with_config_and_env(&config, &envs).await;
+    let mut h = Harness::process(&config, &envs).await;
     let session = h.session().await;
     set_mode(&mut h, &session, "full-auto").await;
     h.mock.push(tool_call_reply(&[
@@ -170,7 +170,7 @@ async fn children_never_see_the_secrets() {
     assert_no_secret_kept_or_sent(h, &secrets).await;
 
     // A command in an editor terminal, whose environment (the editor's) has the secrets too.
-    let mut h = Harness::with_config_and_env(&config, &envs).await;
+    let mut h = Harness::process(&config, &envs).await;
     let session = h.session_with(json!({"terminal": true})).await;
     set_mode(&mut h, &session, "full-auto").await;
     h.mock.push(tool_call_reply(&[("call_t", "shell", json!({"command": shell}))]));

@@ -1,4 +1,4 @@
-//! Concurrency through the real binary: many sessions prompting at once each
+//! Concurrency: many sessions prompting at once each
 //! get their own answer and exactly one response, and a cancel racing the
 //! natural end of a turn yields exactly one response, `end_turn` or
 //! `cancelled`, never an error, with nothing for that turn after it.
@@ -9,10 +9,13 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::support::acp_client::{agent_text, prompt};
+use crate::support::clock::FrozenClock;
 use crate::support::harness::Harness;
 use crate::support::mock_openai::{Reply, Step, ev_finish, ev_role, ev_text, ev_usage};
 
 const SESSIONS: usize = 8;
+/// How long each answer pauses after its first chunk (virtual time).
+const PAUSE: Duration = Duration::from_secs(1);
 const RACES: u64 = 50;
 
 fn is_response(message: &Value) -> bool {
@@ -43,11 +46,14 @@ fn last_user_text(body: &Value) -> String {
 }
 
 /// Eight sessions prompt at once. Every turn is in flight at the same time
-/// (each has streamed its first chunk before any prompt is answered), and
-/// each session gets exactly one response and exactly the answer the mock
-/// sent for its own request.
-#[tokio::test]
+/// (each has streamed its first chunk before any prompt is answered: under a
+/// frozen clock every answer pauses after its first chunk until the test
+/// moves the clock on, however slow the machine), and each session gets
+/// exactly one response and exactly the answer the mock sent for its own
+/// request.
+#[tokio::test(start_paused = true)]
 async fn many_sessions_prompt_at_once() {
+    let clock = FrozenClock::hold().await;
     let mut h = Harness::start().await;
     let mut sessions = Vec::new();
     sessions.push(h.session().await);
@@ -58,7 +64,7 @@ async fn many_sessions_prompt_at_once() {
     }
     // The mock answers in arrival order: reply k goes to the k-th request.
     for k in 0..SESSIONS {
-        h.mock.push(paused_reply("answer-", Duration::from_millis(700), &k.to_string()));
+        h.mock.push(paused_reply("answer-", PAUSE, &k.to_string()));
     }
     let mut prompts = HashMap::new();
     for (s, session) in sessions.iter().enumerate() {
@@ -67,6 +73,16 @@ async fn many_sessions_prompt_at_once() {
     }
 
     let mut messages = Vec::new();
+    let mut streaming = HashSet::new();
+    while streaming.len() < SESSIONS {
+        let message = h.agent.expect_message("every turn's first chunk").await;
+        assert!(!is_response(&message), "a prompt was answered while the clock stood still: {message}");
+        if message["params"]["update"]["sessionUpdate"] == "agent_message_chunk" {
+            streaming.insert(message["params"]["sessionId"].as_str().unwrap().to_owned());
+        }
+        messages.push(message);
+    }
+    clock.advance(PAUSE).await;
     let mut responses: HashMap<i64, Vec<Value>> = HashMap::new();
     while responses.len() < SESSIONS {
         let Some(message) = h.agent.next_message(Duration::from_secs(5)).await else {
@@ -80,17 +96,8 @@ async fn many_sessions_prompt_at_once() {
         messages.push(message);
     }
     // Nothing more: in particular no second response to any prompt.
-    if let Some(message) = h.agent.next_message(Duration::from_millis(200)).await {
-        panic!("stray message after every prompt was answered: {message}");
-    }
-
-    let first_response = messages.iter().position(is_response).unwrap();
-    let streaming: HashSet<&str> = messages[..first_response]
-        .iter()
-        .filter(|m| m["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
-        .filter_map(|m| m["params"]["sessionId"].as_str())
-        .collect();
-    assert_eq!(streaming.len(), SESSIONS, "every turn streams before any ends: the turns run concurrently");
+    let stray = h.agent.barrier().await;
+    assert!(stray.is_empty(), "stray messages after every prompt was answered: {stray:?}");
 
     let requests = h.mock.requests();
     assert_eq!(requests.len(), SESSIONS);
@@ -154,7 +161,8 @@ async fn cancel_racing_the_end_of_a_turn_answers_once() {
         }
         earlier_tails.push(tail);
     }
-    assert!(h.agent.next_message(Duration::from_millis(300)).await.is_none(), "nothing after the last response");
+    let stray = h.agent.barrier().await;
+    assert!(stray.is_empty(), "nothing after the last response: {stray:?}");
     // The session still works.
     h.mock.push(paused_reply("after ", Duration::ZERO, "the races"));
     let id = prompt(&mut h.agent, &session, "still there?").await;

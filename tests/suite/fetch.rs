@@ -331,7 +331,8 @@ async fn the_proxy_from_the_environment_is_used() {
     // The mock model stays direct; the page's host (reserved, never in DNS) goes through the proxy.
     let envs =
         [("http_proxy", proxy.as_str()), ("HTTP_PROXY", &proxy), ("no_proxy", "127.0.0.1"), ("NO_PROXY", "127.0.0.1")];
-    let mut h = Harness::with_config_and_env("", &envs).await;
+    // The binary: the proxy is read from the process environment.
+    let mut h = Harness::process("", &envs).await;
     let session = h.session().await;
     web.route("/page", Route::ok("text/plain", "served by the proxy"));
     script_fetches(&h, &["http://docs.example.test/page"]);

@@ -1,4 +1,4 @@
-//! The user's files, end to end through the real binary: writes are atomic
+//! The user's files, end to end: writes are atomic
 //! even when the agent is SIGKILLed in the middle of them, a change the user
 //! makes between the model's read and its edit is not overwritten, and
 //! hostile paths (devices, FIFOs, NUL, file names that are not UTF-8) fail
@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::acp_client::{AgentProcess, final_status, handshake, prompt};
+use crate::support::acp_client::{Agent, final_status, handshake, prompt};
+use crate::support::clock::FrozenClock;
 use crate::support::editor::FakeEditor;
 use crate::support::harness::Harness;
 use crate::support::mock_openai::{
@@ -19,7 +20,7 @@ use crate::support::mock_openai::{
 };
 use crate::support::write_config;
 
-async fn set_mode(agent: &mut AgentProcess, session: &str, mode: &str) {
+async fn set_mode(agent: &mut Agent, session: &str, mode: &str) {
     let id = agent.request("session/set_mode", json!({"sessionId": session, "modeId": mode})).await;
     let (_, response) = agent.response(id).await;
     assert!(response.get("result").is_some(), "{response}");
@@ -161,7 +162,12 @@ fn kill_during_write(dir: PathBuf, name: String, pid: Option<u32>, delay: Durati
 /// and kills the agent a seeded random delay after it appears, spread over
 /// the temporary file's measured lifetime (write, fsync, rename) scaled to
 /// the size, plus a quarter, so some kills land just after the rename.
+///
+/// The stress tier: it asserts that kills landed before, after and in the
+/// middle of a write, a timing property a loaded machine may need dozens of
+/// rounds (and seconds) to show. `.ci/run` runs it as a step of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "stress tier: .ci/run runs it with `cargo test -- --ignored`"]
 async fn sigkill_during_large_writes_never_leaves_a_torn_file() {
     // At least ROUNDS kills; more (up to MAX_ROUNDS) until kills have landed
     // before the rename, after it, and in the middle of writing: timing on a
@@ -172,7 +178,7 @@ async fn sigkill_during_large_writes_never_leaves_a_torn_file() {
     const MIB_LINES: usize = 1024 * 1024 / LINE;
     let seed = 0x5eed_f11e_5afe_0001;
     let mut rng = Rng(seed);
-    let mut h = Harness::start().await;
+    let mut h = Harness::process("", &[]).await;
     let config = h.home.path().join("config.toml").to_string_lossy().into_owned();
     let name = "big.txt";
     let target = h.project.join(name);
@@ -205,7 +211,7 @@ async fn sigkill_during_large_writes_never_leaves_a_torn_file() {
             // A fresh mock each round: it keeps every request it receives.
             h.mock = MockOpenAi::start().await;
             write_config(h.home.path(), &h.mock.base_url(), "");
-            h.agent = AgentProcess::spawn(&["--config", &config], &[], h.home.path());
+            h.agent = h.agent_with(&["--config", &config]);
         }
         let session = handshake(&mut h.agent, json!({}), &h.project).await;
         set_mode(&mut h.agent, &session, "full-auto").await;
@@ -315,10 +321,13 @@ async fn a_change_the_user_made_since_the_model_read_is_not_overwritten() {
 }
 
 /// Devices, FIFOs and NUL paths fail at once with a clear message; the turn
-/// goes on.
+/// goes on. A read that waited on the FIFO (no writer ever comes) or read
+/// `/dev/zero` to its end would never finish: the response wait's bound
+/// fails the test; under a frozen clock no timeout can cut such a wait short.
 #[cfg(unix)]
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn hostile_paths_fail_fast_and_the_turn_goes_on() {
+    let _clock = FrozenClock::hold().await;
     let mut h = Harness::start().await;
     let fifo = h.project.join("pipe");
     assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
@@ -333,11 +342,9 @@ async fn hostile_paths_fail_fast_and_the_turn_goes_on() {
         ("call_up", "read_file", json!({"path": "../../../../../../etc/hostname"})),
     ]));
     h.mock.push(text_reply("done"));
-    let started = Instant::now();
     let id = prompt(&mut h.agent, &session, "poke around").await;
     let (messages, response) = h.agent.response(id).await;
     assert_eq!(response["result"]["stopReason"], "end_turn");
-    assert!(started.elapsed() < Duration::from_secs(5), "nothing hung: {:?}", started.elapsed());
     let body = &h.mock.requests()[1].body;
     for (call, expected) in [
         ("call_zero", "/dev/zero is a device, not a regular file"),

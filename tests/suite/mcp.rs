@@ -1,18 +1,21 @@
-//! MCP servers end to end through the real binary: the editor passes servers
+//! MCP servers end to end: the editor passes servers
 //! in `session/new` (stdio: the `mcp_fixture` example; Streamable HTTP and
 //! HTTP+SSE: the same server in this process), or the config names them; the
 //! mock model calls their tools; the fake editor answers permission. The
 //! tests check what the model was offered and told, what the editor was
-//! shown, and what the servers saw (`MCP_FIXTURE_LOG`).
+//! shown, and what the servers saw (`MCP_FIXTURE_LOG`). The timeouts are
+//! waited out in virtual time ([`FrozenClock`]); what only the servers'
+//! processes know (their log, whether they live) is polled.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::support::acp_client::{
-    AgentProcess, DEFAULT_TIMEOUT, agent_text, final_status, prompt, updates_for, updates_of_kind,
+    Agent, DEFAULT_TIMEOUT, agent_text, final_status, prompt, updates_for, updates_of_kind,
 };
+use crate::support::clock::{FrozenClock, poll_until};
 use crate::support::editor::{FakeEditor, Permission};
 use crate::support::harness::Harness;
 use crate::support::mcp_server::{Fixture, HttpMcpServer};
@@ -50,21 +53,22 @@ fn stdio_server(name: &str, args: &[&str], log: &Path) -> Value {
     })
 }
 
+/// Bound on waits for what the servers' processes do (real time).
+const WAIT: Duration = Duration::from_secs(5);
+
 /// `initialize` then `session/new` with these MCP servers; returns the
-/// session id and how long `session/new` took.
-async fn session_with(agent: &mut AgentProcess, cwd: &Path, servers: Value) -> (String, Duration) {
+/// session id.
+async fn session_with(agent: &mut Agent, cwd: &Path, servers: Value) -> String {
     let id = agent.request("initialize", json!({"protocolVersion": 1, "clientCapabilities": {}})).await;
     let (_, response) = agent.response(id).await;
     assert!(response.get("result").is_some(), "{response}");
-    let started = Instant::now();
     let id = agent.request("session/new", json!({"cwd": cwd, "mcpServers": servers})).await;
     let (_, response) = agent.response(id).await;
-    let took = started.elapsed();
     let session = response["result"]["sessionId"].as_str().unwrap_or_else(|| panic!("{response}")).to_owned();
     // The slash commands follow the response.
     let commands = agent.next_message(DEFAULT_TIMEOUT).await.expect("available_commands_update");
     assert_eq!(commands["params"]["update"]["sessionUpdate"], "available_commands_update");
-    (session, took)
+    session
 }
 
 /// Switches the session's mode (tests not about permission use `full-auto`).
@@ -101,13 +105,10 @@ fn read_log(log: &Path) -> Vec<String> {
     std::fs::read_to_string(log).unwrap_or_default().lines().map(str::to_owned).collect()
 }
 
-/// Waits until the fixture's log has a line `line`.
-async fn wait_for_log(log: &Path, line: &str) {
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while !read_log(log).iter().any(|l| l == line) {
-        assert!(Instant::now() < deadline, "the fixture never logged {line:?}: {:?}", read_log(log));
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+/// Waits until the fixture's log has `count` lines `line`.
+async fn wait_for_log(log: &Path, line: &str, count: usize) {
+    let what = format!("the fixture logs {line:?} {count} time(s)");
+    poll_until(&what, WAIT, || read_log(log).iter().filter(|l| *l == line).count() >= count).await;
 }
 
 /// The process ids the fixture logged at start.
@@ -123,11 +124,7 @@ fn alive(pid: i32) -> bool {
 }
 
 async fn wait_dead(pid: i32) {
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while alive(pid) {
-        assert!(Instant::now() < deadline, "MCP server process {pid} is still alive");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    poll_until(&format!("MCP server process {pid} dies"), WAIT, || !alive(pid)).await;
 }
 
 /// Items 21 and 9: lathe says it speaks HTTP and SSE MCP servers (stdio is a given).
@@ -146,8 +143,7 @@ async fn initialize_advertises_http_and_sse_mcp_servers() {
 async fn stdio_tools_are_offered_and_called_behind_permission() {
     let mut h = Harness::start().await;
     let log = h.home.path().join("fixture.log");
-    let (session, took) = session_with(&mut h.agent, &h.project, json!([stdio_server("fixture", &[], &log)])).await;
-    assert!(took < Duration::from_secs(1), "session/new does not wait for servers: {took:?}");
+    let session = session_with(&mut h.agent, &h.project, json!([stdio_server("fixture", &[], &log)])).await;
     h.mock.push(tool_call_reply(&[
         ("call_e", "fixture__echo", json!({"text": "hello"})),
         ("call_n", "fixture__note", json!({"text": "remember"})),
@@ -209,7 +205,7 @@ async fn stdio_tools_are_offered_and_called_behind_permission() {
 async fn a_read_only_hint_never_skips_the_question() {
     let mut h = Harness::start().await;
     let log = h.home.path().join("fixture.log");
-    let (session, _) = session_with(&mut h.agent, &h.project, json!([stdio_server("fx", &[], &log)])).await;
+    let session = session_with(&mut h.agent, &h.project, json!([stdio_server("fx", &[], &log)])).await;
     for mode in ["ask", "accept-edits"] {
         set_mode(&mut h, &session, mode).await;
         h.mock.push(tool_call_reply(&[("call_e", "fx__echo", json!({"text": mode}))]));
@@ -252,7 +248,7 @@ async fn a_read_only_hint_never_skips_the_question() {
 async fn permission_answers_for_mcp_tools_are_remembered_per_tool() {
     let mut h = Harness::start().await;
     let log = h.home.path().join("fixture.log");
-    let (session, _) = session_with(&mut h.agent, &h.project, json!([stdio_server("fixture", &[], &log)])).await;
+    let session = session_with(&mut h.agent, &h.project, json!([stdio_server("fixture", &[], &log)])).await;
     h.mock.push(tool_call_reply(&[("call_1", "fixture__note", json!({"text": "a"}))]));
     h.mock.push(tool_call_reply(&[("call_2", "fixture__note", json!({"text": "b"}))]));
     h.mock.push(text_reply("ok"));
@@ -277,7 +273,7 @@ async fn permission_answers_for_mcp_tools_are_remembered_per_tool() {
 async fn errors_images_and_structured_content_come_back() {
     let mut h = Harness::with_config("[mcp]\ncall_timeout_secs = 5\n").await;
     let log = h.home.path().join("fixture.log");
-    let (session, _) = session_with(&mut h.agent, &h.project, json!([stdio_server("fx", &[], &log)])).await;
+    let session = session_with(&mut h.agent, &h.project, json!([stdio_server("fx", &[], &log)])).await;
     set_mode(&mut h, &session, "full-auto").await;
     h.mock.push(tool_call_reply(&[
         ("call_f", "fx__fail", json!({})),
@@ -313,7 +309,7 @@ async fn errors_images_and_structured_content_come_back() {
 async fn a_crashed_server_is_restarted_once() {
     let mut h = Harness::start().await;
     let log = h.home.path().join("fixture.log");
-    let (session, _) = session_with(&mut h.agent, &h.project, json!([stdio_server("fx", &[], &log)])).await;
+    let session = session_with(&mut h.agent, &h.project, json!([stdio_server("fx", &[], &log)])).await;
     set_mode(&mut h, &session, "full-auto").await;
     h.mock.push(tool_call_reply(&[("call_c", "fx__crash", json!({}))]));
     h.mock.push(text_reply("it crashed"));
@@ -345,51 +341,57 @@ async fn a_crashed_server_is_restarted_once() {
     assert_eq!(started_pids(&log).len(), 2);
 }
 
-/// A server that never answers: the call times out (and the server is told
-/// to cancel); a user's cancel ends the same wait at once, with
+/// A server that never answers: the call times out after `[mcp]
+/// call_timeout_secs` (300 s by default, waited out in virtual time) and the
+/// server is told to cancel; a user's cancel ends the same wait at once
+/// (under the frozen clock: without waiting out anything), with
 /// `notifications/cancelled`.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_silent_server_times_out_and_cancel_wins() {
-    let mut h = Harness::with_config("[mcp]\ncall_timeout_secs = 0.8\n").await;
+    let clock = FrozenClock::hold().await;
+    let mut h = Harness::start().await;
     let log = h.home.path().join("fixture.log");
-    let (session, _) = session_with(&mut h.agent, &h.project, json!([stdio_server("fx", &[], &log)])).await;
+    let session = session_with(&mut h.agent, &h.project, json!([stdio_server("fx", &[], &log)])).await;
     h.mock.push(tool_call_reply(&[("call_h", "fx__hang", json!({}))]));
     h.mock.push(text_reply("too slow"));
     let mut editor = FakeEditor::answering(&[Permission::Select("allow_always")]);
-    let (before, _) = run(&mut h, &session, &mut editor).await;
+    let id = prompt(&mut h.agent, &session, "do it").await;
+    // The call's timer is set before the request goes to the server.
+    let (mut before, asked) =
+        h.agent.until("the permission request", |m| m["method"] == "session/request_permission").await;
+    let crate::support::acp_client::Answer::Result(allowed) = editor.answer(&asked) else { unreachable!() };
+    h.agent.reply(&asked["id"], allowed).await;
+    wait_for_log(&log, "call:hang", 1).await;
+    clock.advance(Duration::from_millis(299_999)).await;
+    let meanwhile = h.agent.barrier().await;
+    let finished = updates_for(&meanwhile, "call_h").into_iter().any(|u| u["status"] == "failed");
+    assert!(!finished, "still waited for after 299.999 s: {meanwhile:?}");
+    before.extend(meanwhile);
+    clock.advance(Duration::from_millis(1)).await;
+    let (after, _) = h.agent.response(id).await;
+    before.extend(after);
     assert_eq!(final_status(&before, "call_h"), "failed");
     let told = tool_result(&h.mock.requests()[1].body, "call_h");
-    assert!(told.contains("did not answer this `hang` call within 0.8 s"), "{told}");
-    wait_for_log(&log, "cancelled:hang").await;
+    assert!(told.contains("did not answer this `hang` call within 300 s"), "{told}");
+    wait_for_log(&log, "cancelled:hang", 1).await;
 
-    // Now cancel while it hangs (the timeout is longer than the wait below).
+    // Now cancel while it hangs.
     h.mock.push(tool_call_reply(&[("call_h2", "fx__hang", json!({}))]));
     let id = prompt(&mut h.agent, &session, "again").await;
-    loop {
-        let message = h.agent.next_message(Duration::from_secs(5)).await.expect("the call starts");
-        let update = &message["params"]["update"];
-        if update["toolCallId"] == "call_h2" && update["status"] == "in_progress" {
-            break;
-        }
-    }
+    h.agent
+        .until("the call starts", |m| {
+            m["params"]["update"]["toolCallId"] == "call_h2" && m["params"]["update"]["status"] == "in_progress"
+        })
+        .await;
     // Cancel once the server runs it (a cancel before that never bothers the server).
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while read_log(&log).iter().filter(|l| *l == "call:hang").count() < 2 {
-        assert!(Instant::now() < deadline, "the second call never reached the server: {:?}", read_log(&log));
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let cancelled_at = Instant::now();
+    wait_for_log(&log, "call:hang", 2).await;
+    let waited = clock.elapsed();
     h.agent.notify("session/cancel", json!({"sessionId": session})).await;
     let (before, response) = h.agent.response(id).await;
-    assert!(cancelled_at.elapsed() < Duration::from_millis(400), "took {:?}", cancelled_at.elapsed());
+    assert_eq!(clock.elapsed(), waited, "answered without waiting out a timer");
     assert_eq!(response["result"]["stopReason"], "cancelled", "{response}");
     assert_eq!(final_status(&before, "call_h2"), "failed");
-    let cancels = || read_log(&log).iter().filter(|l| *l == "cancelled:hang").count();
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while cancels() < 2 {
-        assert!(Instant::now() < deadline, "the server was not told: {:?}", read_log(&log));
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_log(&log, "cancelled:hang", 2).await;
 }
 
 /// `notifications/tools/list_changed`: the next request offers the new list.
@@ -397,7 +399,7 @@ async fn a_silent_server_times_out_and_cancel_wins() {
 async fn list_changed_reaches_the_next_request() {
     let mut h = Harness::start().await;
     let log = h.home.path().join("fixture.log");
-    let (session, _) = session_with(&mut h.agent, &h.project, json!([stdio_server("fx", &[], &log)])).await;
+    let session = session_with(&mut h.agent, &h.project, json!([stdio_server("fx", &[], &log)])).await;
     h.mock.push(tool_call_reply(&[("call_g", "fx__grow", json!({}))]));
     h.mock.push(tool_call_reply(&[("call_x", "fx__extra", json!({}))]));
     h.mock.push(text_reply("grown"));
@@ -419,7 +421,7 @@ async fn http_and_sse_servers_work_too() {
         {"type": "http", "name": "web", "url": server.url(), "headers": [{"name": "X-Test", "value": "1"}]},
         {"type": "sse", "name": "old", "url": server.sse_url(), "headers": []},
     ]);
-    let (session, _) = session_with(&mut h.agent, &h.project, servers).await;
+    let session = session_with(&mut h.agent, &h.project, servers).await;
     set_mode(&mut h, &session, "full-auto").await;
     h.mock.push(tool_call_reply(&[
         ("call_w", "web__echo", json!({"text": "over http"})),
@@ -441,6 +443,12 @@ async fn http_and_sse_servers_work_too() {
 
 /// A server that cannot start, one that starts too slowly: the user is told
 /// which and why at the first prompt; the session and the other server work.
+///
+/// In real time (the 1 s startup timeout is waited out): lathe finds out how
+/// a server that failed ended by looking again every 5 ms for up to 300 ms
+/// (`ChildProcess::describe_exit`), which a frozen clock would have to be
+/// stepped through. That session/new waits for no server is checked under
+/// a frozen clock by the next test.
 #[tokio::test]
 async fn servers_that_fail_to_start_are_reported_and_the_others_work() {
     let mut h = Harness::with_config("[mcp]\nstartup_timeout_secs = 1\n").await;
@@ -451,8 +459,7 @@ async fn servers_that_fail_to_start_are_reported_and_the_others_work() {
         stdio_server("good", &[], &log),
         {"name": "missing", "command": "/nonexistent/mcp-server", "args": [], "env": []},
     ]);
-    let (session, took) = session_with(&mut h.agent, &h.project, servers).await;
-    assert!(took < Duration::from_millis(800), "session/new does not wait for slow servers: {took:?}");
+    let session = session_with(&mut h.agent, &h.project, servers).await;
     set_mode(&mut h, &session, "full-auto").await;
     h.mock.push(tool_call_reply(&[("call_e", "good__echo", json!({"text": "still here"}))]));
     h.mock.push(text_reply("fine"));
@@ -473,6 +480,19 @@ async fn servers_that_fail_to_start_are_reported_and_the_others_work() {
     h.mock.push(text_reply("again"));
     let (before, _) = run(&mut h, &session, &mut FakeEditor::default()).await;
     assert_eq!(agent_text(&before), "again");
+}
+
+/// `session/new` answers at once whatever its servers do: under a frozen
+/// clock (so without waiting out the startup timeout) while a server takes
+/// 30 s of real time to start (more than the response wait's bound).
+#[tokio::test(start_paused = true)]
+async fn session_new_waits_for_no_server() {
+    let clock = FrozenClock::hold().await;
+    let mut h = Harness::start().await;
+    let log = h.home.path().join("fixture.log");
+    let servers = json!([stdio_server("slow", &["--slow-start", "30"], &log), stdio_server("good", &[], &log)]);
+    session_with(&mut h.agent, &h.project, servers).await;
+    assert_eq!(clock.elapsed(), Duration::ZERO);
 }
 
 /// Servers from `[mcp_servers.<name>]` in the config, for every session.
@@ -497,12 +517,8 @@ async fn servers_from_the_config_file() {
 async fn servers_die_with_their_session_and_with_lathe() {
     let mut h = Harness::start().await;
     let log = h.home.path().join("fixture.log");
-    let (first, _) = session_with(&mut h.agent, &h.project, json!([stdio_server("fx", &[], &log)])).await;
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while started_pids(&log).is_empty() {
-        assert!(Instant::now() < deadline, "the server never started");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let first = session_with(&mut h.agent, &h.project, json!([stdio_server("fx", &[], &log)])).await;
+    poll_until("the server starts", WAIT, || !started_pids(&log).is_empty()).await;
     let pid = started_pids(&log)[0];
     assert!(alive(pid));
     let id = h.agent.request("session/close", json!({"sessionId": first})).await;
@@ -514,14 +530,10 @@ async fn servers_die_with_their_session_and_with_lathe() {
         h.agent.request("session/new", json!({"cwd": h.project, "mcpServers": [stdio_server("fx", &[], &log)]})).await;
     let (_, response) = h.agent.response(id).await;
     assert!(response.get("result").is_some(), "{response}");
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while started_pids(&log).len() < 2 {
-        assert!(Instant::now() < deadline, "the second server never started");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    poll_until("the second server starts", WAIT, || started_pids(&log).len() >= 2).await;
     let pid = started_pids(&log)[1];
     h.agent.close_stdin();
-    let status = h.agent.wait_exit(Duration::from_secs(3)).await.expect("lathe exits on EOF");
-    assert!(status.success());
+    let exit = h.agent.wait_exit(WAIT).await.expect("lathe ends on EOF");
+    assert!(exit.success(), "{exit:?}");
     wait_dead(pid).await;
 }

@@ -12,6 +12,7 @@ mod concurrency;
 mod fetch;
 mod file_safety;
 mod hygiene;
+mod journal;
 mod mcp;
 mod mock_server;
 mod official_client;

@@ -12,47 +12,31 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::acp_client::{AgentProcess, DEFAULT_TIMEOUT, agent_text, handshake, prompt};
+use crate::support::acp_client::{Agent, DEFAULT_TIMEOUT, agent_text, answer_at, handshake, prompt};
 use crate::support::harness::Harness;
 use crate::support::mock_openai::{MockOpenAi, Reply, Step, ev_finish, ev_role, ev_text, ev_usage, text_reply};
 use crate::support::write_config;
 
-async fn initialize(agent: &mut AgentProcess, client_capabilities: Value) -> Value {
+async fn initialize(agent: &mut Agent, client_capabilities: Value) -> Value {
     let id =
         agent.request("initialize", json!({"protocolVersion": 1, "clientCapabilities": client_capabilities})).await;
     agent.response(id).await.1
 }
 
-async fn new_session(agent: &mut AgentProcess, cwd: &Path) -> String {
+async fn new_session(agent: &mut Agent, cwd: &Path) -> String {
     let id = agent.request("session/new", json!({"cwd": cwd, "mcpServers": []})).await;
     let (_, response) = agent.response(id).await;
     response["result"]["sessionId"].as_str().unwrap_or_else(|| panic!("session/new failed: {response}")).to_owned()
 }
 
-async fn close(agent: &mut AgentProcess, session: &str) {
+async fn close(agent: &mut Agent, session: &str) {
     let id = agent.request("session/close", json!({"sessionId": session})).await;
     let (_, response) = agent.response(id).await;
     assert_eq!(response["result"], json!({}), "{response}");
 }
 
-/// Reads messages until every request in `ids` is answered; returns all of
-/// them in arrival order.
-async fn until_answered(agent: &mut AgentProcess, ids: &[i64]) -> Vec<Value> {
-    let mut messages = Vec::new();
-    while !ids.iter().all(|id| answer_at(&messages, *id).is_some()) {
-        match agent.next_message(DEFAULT_TIMEOUT).await {
-            Some(message) => messages.push(message),
-            None => {
-                panic!("no answer to all of {ids:?}; received {messages:#?}\n--- agent stderr ---\n{}", agent.stderr())
-            }
-        }
-    }
-    messages
-}
-
-/// Where the response to request `id` is among `messages`.
-fn answer_at(messages: &[Value], id: i64) -> Option<usize> {
-    messages.iter().position(|m| m.get("method").is_none() && m["id"] == json!(id))
+async fn until_answered(agent: &mut Agent, ids: &[i64]) -> Vec<Value> {
+    agent.until_answered(ids).await
 }
 
 fn open_fds(pid: u32) -> usize {
@@ -98,7 +82,8 @@ async fn saved_session(h: &mut Harness) -> String {
 /// at most a small, fixed number of logs open between them.
 #[tokio::test]
 async fn session_log_handles_are_closed_with_their_sessions() {
-    let mut h = Harness::start().await;
+    // The binary: the test counts the process's own open files.
+    let mut h = Harness::process("", &[]).await;
     initialize(&mut h.agent, json!({})).await;
     let pid = h.agent.pid();
     let cycle = async |h: &mut Harness, close_it: bool| {
@@ -214,7 +199,7 @@ async fn a_full_disk_is_reported_once_and_the_torn_tail_repaired() {
     let config = write_config(home.path(), &mock.base_url(), "");
     let limit = format!("--fsize={}", 96 * 1024);
     let wrapper = ["sh", "-c", "trap '' XFSZ; exec \"$@\"", "sh", "prlimit", &limit, "--"];
-    let mut agent = AgentProcess::spawn_via(&wrapper, &["--config", config.to_str().unwrap()], &[], home.path());
+    let mut agent = Agent::spawn_via(&wrapper, &["--config", config.to_str().unwrap()], &[], home.path());
     let session = handshake(&mut agent, json!({"session": {"notices": {}}}), &project).await;
 
     // Turn 1: an answer the log has no room for.

@@ -1,4 +1,4 @@
-//! JSON-RPC and ACP conformance of the real binary: initialization, session
+//! JSON-RPC and ACP conformance: initialization, session
 //! setup, the error codes for every kind of bad input, and that the agent
 //! keeps serving after each. Item numbers refer to the conformance checklist
 //! in `acp/spec-digest.md`.
@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::support::acp_client::{agent_text, prompt};
+use crate::support::clock::FrozenClock;
 use crate::support::harness::Harness;
 use crate::support::mock_openai::text_reply;
 
@@ -141,7 +142,8 @@ async fn malformed_input_is_answered_and_survived() {
     // Unknown notifications are ignored, not answered (items 7, 60).
     h.agent.notify("_lathe/whatever", json!({})).await;
     h.agent.notify("no/such/notification", json!({})).await;
-    assert!(h.agent.next_message(Duration::from_millis(200)).await.is_none());
+    let answers = h.agent.barrier().await;
+    assert!(answers.is_empty(), "{answers:?}");
 
     // Invalid params name the field.
     let id = h.agent.request("session/prompt", json!({"prompt": []})).await;
@@ -192,15 +194,17 @@ async fn an_oversized_message_is_refused_without_reading_it_whole() {
     assert_eq!(response["result"]["protocolVersion"], 1);
 }
 
-/// Stdin EOF: everything is cancelled, output flushed, exit 0 within a second.
-#[tokio::test]
-async fn eof_exits_cleanly_and_promptly() {
+/// EOF on the input: everything is cancelled, the output flushed, and serve
+/// ends cleanly, under a frozen clock: without waiting out any timer (the
+/// binary's exit on EOF and on signals is in hygiene.rs).
+#[tokio::test(start_paused = true)]
+async fn eof_ends_cleanly_and_promptly() {
+    let clock = FrozenClock::hold().await;
     let mut h = Harness::start().await;
     h.session().await;
     h.agent.close_stdin();
-    let started = std::time::Instant::now();
-    let status = h.agent.wait_exit(Duration::from_secs(3)).await.expect("the agent exits after EOF");
-    assert!(status.success(), "exit status {status:?}\n{}", h.agent.stderr());
-    assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
+    let exit = h.agent.wait_exit(Duration::from_secs(5)).await.expect("serve ends after EOF");
+    assert!(exit.success(), "{exit:?}\n{}", h.agent.stderr());
+    assert_eq!(clock.elapsed(), Duration::ZERO, "no timer was waited out");
     h.agent.assert_stdout_is_only_jsonrpc();
 }

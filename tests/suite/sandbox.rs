@@ -299,7 +299,7 @@ async fn sandboxed_mcp_servers_run_restricted() {
         "[mcp_servers.boxed]\ncommand = {fixture:?}\nsandbox = true\n[mcp_servers.free]\ncommand = {fixture:?}\n",
         fixture = fixture_path()
     );
-    let mut h = Harness::with_config(&config).await;
+    let mut h = Harness::process(&config, &[]).await;
     let session = h.session().await;
     set_mode(&mut h, &session, "full-auto").await;
     h.mock.push(tool_call_reply(&[("call_1", "boxed__echo", json!({"text": "hi"}))]));

@@ -7,10 +7,14 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::acp_client::{agent_text, prompt, updates_of_kind};
+use crate::support::acp_client::{agent_text, answer_at, prompt, updates_of_kind};
+use crate::support::clock::poll_until;
 use crate::support::editor::{FakeEditor, Permission};
 use crate::support::harness::Harness;
 use crate::support::mock_openai::{Reply, Step, ev_finish, ev_role, ev_text, ev_usage, text_reply, tool_call_reply};
+
+/// Bound on waiting for the disk (a hang detector).
+const WAIT: Duration = Duration::from_secs(5);
 
 async fn initialize(h: &mut Harness) -> Value {
     let id = h.agent.request("initialize", json!({"protocolVersion": 1})).await;
@@ -49,12 +53,13 @@ fn seen(messages: &[Value]) -> Vec<Value> {
     out
 }
 
-/// Kill the binary mid-turn, start a new one on the same data dir,
-/// `session/load`: the replay equals what the client saw before the kill, and
-/// the next request to the model carries the whole earlier conversation (item 22).
+/// Kill the binary mid-turn (SIGKILL: nothing is flushed or closed), start
+/// a new one on the same data dir, `session/load`: the replay equals what
+/// the client saw before the kill, and the next request to the model carries
+/// the whole earlier conversation (item 22).
 #[tokio::test]
 async fn a_session_survives_a_hard_kill_and_replays_exactly() {
-    let mut h = Harness::start().await;
+    let mut h = Harness::process("", &[]).await;
     std::fs::write(h.project.join("notes.txt"), "remember this\n").unwrap();
     let session = h.session().await;
     // Turn 1: a tool call and an answer.
@@ -77,9 +82,14 @@ async fn a_session_survives_a_hard_kill_and_replays_exactly() {
     while agent_text(&turn2) != "Partial ans" {
         turn2.push(h.agent.next_message(Duration::from_secs(5)).await.expect("the partial answer"));
     }
-    // Let the store writer catch up with what the client has seen.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    h.restart().await;
+    // The store's writer thread journals what the client was sent; kill once
+    // the partial answer is on disk (a record the kill can no longer undo).
+    let log = h.home.path().join(".local/share/lathe/sessions").join(&session).join("log.jsonl");
+    poll_until("the partial answer reaches the log", WAIT, || {
+        std::fs::read_to_string(&log).is_ok_and(|text| text.contains("Partial ans"))
+    })
+    .await;
+    h.kill_and_restart().await;
 
     let caps = initialize(&mut h).await;
     assert_eq!(caps["result"]["agentCapabilities"]["loadSession"], true);
@@ -200,32 +210,31 @@ async fn list_resume_close_delete_and_paging() {
     assert_eq!(h.agent.response(id).await.1["error"]["code"], -32002);
 }
 
-/// Closing a session with a running turn cancels it first (item 24).
+/// Closing a session with a running turn cancels it first (item 24): both
+/// the close and the prompt are answered, the prompt `cancelled` (in either
+/// order: the close answers once the log is closed, the turn once it has
+/// wound down).
 #[tokio::test]
 async fn close_cancels_a_running_turn() {
     let mut h = Harness::start().await;
     let session = h.session().await;
     h.mock.push(Reply::Sse(vec![ev_role(), ev_text("x"), Step::Stall]));
     let turn = prompt(&mut h.agent, &session, "hi").await;
-    let _ = h.agent.next_message(Duration::from_secs(5)).await;
+    h.agent.until("the first chunk", |m| m["params"]["update"]["sessionUpdate"] == "agent_message_chunk").await;
     let id = h.agent.request("session/close", json!({"sessionId": session})).await;
-    let (_, closed) = h.agent.response(id).await;
-    assert_eq!(closed["result"], json!({}));
-    let (_, response) = h.agent.response(turn).await;
-    assert_eq!(response["result"]["stopReason"], "cancelled");
+    let messages = h.agent.until_answered(&[id, turn]).await;
+    assert_eq!(messages[answer_at(&messages, id).unwrap()]["result"], json!({}));
+    assert_eq!(messages[answer_at(&messages, turn).unwrap()]["result"]["stopReason"], "cancelled");
+    // The stalled stream was closed, not left to hang.
+    h.mock.wait_for_disconnects(1, WAIT).await;
 }
 
 // A configured window: the mock's request log then holds only chat requests (no probe).
-const TWO_MODELS: &str = "\n[models.thinker]\nbase_url = \"BASE\"\nmodel = \"thinker-model\"\nreasoning_effort = \"medium\"\ncontext_window = 32768\n";
+const TWO_MODELS: &str = "\n[models.thinker]\nbase_url = \"$MOCK_BASE_URL\"\nmodel = \"thinker-model\"\nreasoning_effort = \"medium\"\ncontext_window = 32768\n";
 
 async fn two_model_harness() -> Harness {
-    // The second model shares the mock: rewrite its base_url once the mock is up.
-    let mut h = Harness::with_config(TWO_MODELS).await;
-    let config = h.home.path().join("config.toml");
-    let text = std::fs::read_to_string(&config).unwrap().replace("BASE", &h.mock.base_url());
-    std::fs::write(&config, text).unwrap();
-    h.restart().await;
-    h
+    // The second model shares the mock.
+    Harness::with_config(TWO_MODELS).await
 }
 
 /// Model and reasoning effort are config options that round-trip and reach the model (items 52, 53).

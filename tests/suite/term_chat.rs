@@ -10,7 +10,7 @@ use expectrl::process::unix::WaitStatus;
 use expectrl::{ControlCode, Expect, Session};
 use serde_json::json;
 
-use super::term_exec::{Term, sleeper, wait_for_pid};
+use super::term_exec::{Term, dead, dies, sleeper, wait_for_pid};
 use crate::support::mock_openai::{text_reply, tool_call_reply};
 
 type Pty = expectrl::session::OsSession;
@@ -35,11 +35,6 @@ fn quit(pty: &mut Pty) {
     pty.send(ControlCode::EndOfTransmission).unwrap();
     let status = pty.get_process().wait().unwrap();
     assert!(matches!(status, WaitStatus::Exited(_, 0)), "{status:?}");
-}
-
-fn dead(pid: i32) -> bool {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    stat.is_empty() || stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z'))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -104,7 +99,7 @@ async fn ctrl_c_cancels_a_running_shell_command() {
         assert!(!dead(pid));
         pty.send(ControlCode::EndOfText).unwrap();
         pty.expect("cancelled").unwrap();
-        assert!(dead(pid), "the shell command was killed");
+        assert!(runtime.block_on(dies(pid)), "the shell command was killed");
         prompt(&mut pty);
         // The session goes on: the next prompt reaches the model with the interrupted turn.
         term.mock.push(text_reply("Fine."));

@@ -323,9 +323,21 @@ async fn a_session_from_exec_loads_in_an_editor_and_an_editors_session_resumes_i
 }
 
 /// Whether `pid` is gone (or a zombie nobody reaped).
-fn dead(pid: i32) -> bool {
+pub(crate) fn dead(pid: i32) -> bool {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     stat.is_empty() || stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z'))
+}
+
+/// Waits (up to 10 s) for `pid` to die; whether it did. The kill is sent
+/// when the turn is cancelled; the kernel takes its moment to end the process.
+pub(crate) async fn dies(pid: i32) -> bool {
+    for _ in 0..200 {
+        if dead(pid) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
 }
 
 /// Waits until `path` holds a pid, then returns it.
@@ -365,7 +377,7 @@ async fn sigint_cancels_the_turn_saves_the_session_and_leaves_no_child() {
     let output = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output()).await.unwrap().unwrap();
     assert_eq!(code(&output), 130, "{}", text(&output.stderr));
     assert_eq!(text(&output.stdout), "Starting the long job.\n", "the partial answer was shown");
-    assert!(dead(sleeper_pid), "the shell command was killed");
+    assert!(dies(sleeper_pid).await, "the shell command was killed");
     assert!(text(&output.stderr).contains("cancelled"), "{}", text(&output.stderr));
 
     // The session is saved with the partial answer and the cancelled call.

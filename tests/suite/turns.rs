@@ -1,4 +1,4 @@
-//! Prompt turns through the real binary against the mock model: streaming
+//! Prompt turns against the mock model: streaming
 //! text and reasoning, usage, the request the model receives (system prompt,
 //! whole history, content blocks), and the mapping of finish reasons to stop
 //! reasons. Item numbers refer to `acp/spec-digest.md`.
@@ -6,6 +6,7 @@
 use serde_json::{Value, json};
 
 use crate::support::acp_client::{agent_text, prompt, thought_text, updates_of_kind};
+use crate::support::clock::FrozenClock;
 use crate::support::harness::Harness;
 use crate::support::mock_openai::{
     Reply, Step, chunk, ev_finish, ev_reasoning, ev_reasoning_field, ev_role, ev_text, ev_tool_call_args,
@@ -228,22 +229,33 @@ async fn a_plain_json_answer_is_read_like_a_stream() {
 
 /// A prompt that arrives while a turn runs is queued and runs next, in order;
 /// a queued prompt that is cancelled answers `cancelled` and never runs.
-#[tokio::test]
+/// Under a frozen clock the first answer pauses half-way for as long as the
+/// test wants: the second prompt arrives while it runs, whatever the
+/// machine's speed.
+#[tokio::test(start_paused = true)]
 async fn prompts_that_arrive_while_a_turn_runs_are_queued() {
+    let clock = FrozenClock::hold().await;
     let mut h = Harness::start().await;
     let session = h.session().await;
     h.mock.push(Reply::Sse(vec![
         ev_role(),
         ev_text("slow"),
-        Step::Delay(std::time::Duration::from_millis(300)),
+        Step::Delay(std::time::Duration::from_secs(1)),
         ev_text(" answer"),
         ev_finish("stop"),
         Step::Done,
     ]));
     h.mock.push(text_reply("second answer"));
     let first = prompt(&mut h.agent, &session, "one").await;
+    let (mut early, chunk) =
+        h.agent.until("the first chunk", |m| m["params"]["update"]["sessionUpdate"] == "agent_message_chunk").await;
+    early.push(chunk);
     let second = prompt(&mut h.agent, &session, "two").await;
-    let (early, response) = h.agent.response(first).await;
+    early.extend(h.agent.barrier().await);
+    assert_eq!(h.mock.requests().len(), 1, "the second prompt waits for the first turn");
+    clock.advance(std::time::Duration::from_secs(1)).await;
+    let (rest, response) = h.agent.response(first).await;
+    early.extend(rest);
     assert_eq!(response["result"]["stopReason"], "end_turn");
     assert_eq!(agent_text(&early), "slow answer");
     let (late, response) = h.agent.response(second).await;
@@ -257,12 +269,7 @@ async fn prompts_that_arrive_while_a_turn_runs_are_queued() {
     let running = prompt(&mut h.agent, &session, "three").await;
     let queued = prompt(&mut h.agent, &session, "four").await;
     // "three" is running (its answer has started) before anything is cancelled.
-    while h
-        .agent
-        .next_message(std::time::Duration::from_secs(5))
-        .await
-        .is_some_and(|m| m["params"]["update"]["sessionUpdate"] != "agent_message_chunk")
-    {}
+    h.agent.until("the third answer", |m| m["params"]["update"]["sessionUpdate"] == "agent_message_chunk").await;
     h.agent.notify("$/cancel_request", json!({"requestId": queued})).await;
     let (_, response) = h.agent.response(queued).await;
     assert_eq!(response["result"]["stopReason"], "cancelled");

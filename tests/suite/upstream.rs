@@ -1,12 +1,15 @@
 //! The model endpoint failing: HTTP errors, a stream that drops, a stream
-//! that stalls, garbage in the stream. Each ends the prompt with a JSON-RPC
-//! error that says what happened (never a hang), and the session stays usable.
+//! that stalls, an endpoint that never answers, garbage in the stream. Each
+//! ends the prompt with a JSON-RPC error that says what happened (never a
+//! hang), and the session stays usable. The timeouts are the production
+//! defaults, waited out in virtual time ([`FrozenClock`]).
 
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::acp_client::{agent_text, prompt};
+use crate::support::acp_client::{agent_text, answer_at, prompt};
+use crate::support::clock::FrozenClock;
 use crate::support::harness::Harness;
 use crate::support::mock_openai::{Reply, Step, ev_finish, ev_role, ev_text, text_reply};
 
@@ -78,16 +81,50 @@ async fn a_dropped_stream_keeps_the_partial_answer() {
     assert!(history[2]["content"].as_str().unwrap().starts_with("half an ans"), "{history}");
 }
 
-#[tokio::test]
+/// A stream that goes silent mid-answer ends the prompt once it has been
+/// silent for `stream_idle_timeout_secs` (300 s by default), not a
+/// millisecond before.
+#[tokio::test(start_paused = true)]
 async fn a_stalled_stream_times_out() {
-    let mut h = Harness::with_config("[network]\nstream_idle_timeout_secs = 0.5\n").await;
+    let clock = FrozenClock::hold().await;
+    let mut h = Harness::start().await;
     let session = h.session().await;
     h.mock.push(Reply::Sse(vec![ev_role(), ev_text("thinking"), Step::Stall]));
-    let started = std::time::Instant::now();
-    let (_, error) = failed_prompt(&mut h, &session).await;
-    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
-    assert!(error["message"].as_str().unwrap().contains("stalled"), "{error}");
+    let id = prompt(&mut h.agent, &session, "hi").await;
+    // The idle timer restarts with every event, the last one before this chunk.
+    h.agent.until("the chunk", |m| m["params"]["update"]["sessionUpdate"] == "agent_message_chunk").await;
+    clock.advance(Duration::from_millis(299_999)).await;
+    let meanwhile = h.agent.barrier().await;
+    assert!(meanwhile.is_empty(), "still waiting after 299.999 s: {meanwhile:?}");
+    clock.advance(Duration::from_millis(1)).await;
+    let (_, response) = h.agent.response(id).await;
+    let error = &response["error"];
+    assert!(error["message"].as_str().unwrap().contains("stalled: nothing arrived for 300 s"), "{response}");
     assert_eq!(error["data"]["kind"], "timeout");
+    h.mock.wait_for_disconnects(1, Duration::from_secs(5)).await;
+    still_usable(&mut h, &session).await;
+}
+
+/// An endpoint that takes the request and never answers (not even the
+/// status line) ends the prompt after `response_timeout_secs` (300 s by
+/// default), and the connection is dropped.
+#[tokio::test(start_paused = true)]
+async fn an_endpoint_that_never_answers_times_out() {
+    let clock = FrozenClock::hold().await;
+    let mut h = Harness::with_config(NO_RETRIES).await;
+    let session = h.session().await;
+    h.mock.push(Reply::NoAnswer);
+    let id = prompt(&mut h.agent, &session, "hi").await;
+    h.mock.wait_for_requests(1, Duration::from_secs(5)).await;
+    clock.advance(Duration::from_millis(299_999)).await;
+    let meanwhile = h.agent.barrier().await;
+    assert!(answer_at(&meanwhile, id).is_none(), "still waiting after 299.999 s: {meanwhile:?}");
+    clock.advance(Duration::from_millis(1)).await;
+    let (_, response) = h.agent.response(id).await;
+    let error = &response["error"];
+    assert!(error["message"].as_str().unwrap().contains("did not answer within 300 s"), "{response}");
+    assert_eq!(error["data"]["kind"], "timeout");
+    h.mock.wait_for_disconnects(1, Duration::from_secs(5)).await;
     still_usable(&mut h, &session).await;
 }
 
@@ -97,8 +134,7 @@ async fn an_unreachable_endpoint_is_a_network_error() {
     // Point the config at a port nobody listens on.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let config = crate::support::write_config(h.home.path(), &format!("http://{closed}/v1"), NO_RETRIES);
-    h.agent =
-        crate::support::acp_client::AgentProcess::spawn(&["--config", config.to_str().unwrap()], &[], h.home.path());
+    h.agent = h.agent_with(&["--config", config.to_str().unwrap()]);
     let session = h.session().await;
     let (_, error) = failed_prompt(&mut h, &session).await;
     assert_eq!(error["data"]["kind"], "network", "{error}");
@@ -163,7 +199,7 @@ async fn an_error_inside_the_stream_ends_the_prompt() {
 async fn no_model_configured_explains_how_to_configure() {
     let home = tempfile::tempdir().unwrap();
     let project = home.path().canonicalize().unwrap();
-    let mut agent = crate::support::acp_client::AgentProcess::spawn(&[], &[], home.path());
+    let mut agent = crate::support::acp_client::Agent::in_process(&[], &[], home.path());
     let session = crate::support::acp_client::handshake(&mut agent, json!({}), &project).await;
     let id = prompt(&mut agent, &session, "hi").await;
     let (_, response) = agent.response(id).await;
@@ -176,11 +212,10 @@ async fn no_model_configured_explains_how_to_configure() {
 #[tokio::test]
 async fn the_api_key_is_sent_and_never_logged() {
     let secret = "sk-test-very-secret-key-123";
-    let mut h = Harness::with_config_and_env(
-        "api_key_env = \"LATHE_TEST_KEY\"\n",
-        &[("LATHE_TEST_KEY", secret), ("RUST_LOG", "trace")],
-    )
-    .await;
+    // The binary: everything it logs, from any thread, at trace level.
+    let mut h =
+        Harness::process("api_key_env = \"LATHE_TEST_KEY\"\n", &[("LATHE_TEST_KEY", secret), ("RUST_LOG", "trace")])
+            .await;
     let session = h.session().await;
     h.mock.push(Reply::error(401, "bad key"));
     failed_prompt(&mut h, &session).await;
@@ -204,6 +239,8 @@ async fn no_key_means_no_authorization_header() {
 
 /// An endless line in the stream ends the prompt with an error instead of
 /// keeping a core busy (the SSE parser re-scans its buffer on every chunk).
+/// Without the cut the stream would stall after the 5 MB and the prompt
+/// never be answered (the response wait's bound would fail the test).
 #[tokio::test]
 async fn an_endless_sse_line_is_cut_off() {
     let mut h = Harness::with_config(NO_RETRIES).await;
@@ -215,9 +252,7 @@ async fn an_endless_sse_line_is_cut_off() {
     }
     steps.push(Step::Stall);
     h.mock.push(Reply::Sse(steps));
-    let started = std::time::Instant::now();
     let (before, error) = failed_prompt(&mut h, &session).await;
-    assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
     assert_eq!(agent_text(&before), "start ");
     assert_eq!(error["data"]["kind"], "network", "{error}");
     let message = error["message"].as_str().unwrap_or_default();

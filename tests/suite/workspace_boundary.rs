@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::acp_client::{AgentProcess, final_status, handshake, prompt};
+use crate::support::acp_client::{Agent, final_status, handshake, prompt};
 use crate::support::editor::{FakeEditor, Permission};
 use crate::support::harness::Harness;
 use crate::support::mock_openai::{text_reply, tool_call_reply, tool_result};
@@ -21,7 +21,7 @@ fn editor_fs() -> Value {
     json!({"fs": {"readTextFile": true, "writeTextFile": true}})
 }
 
-async fn set_mode(agent: &mut AgentProcess, session: &str, mode: &str) {
+async fn set_mode(agent: &mut Agent, session: &str, mode: &str) {
     let id = agent.request("session/set_mode", json!({"sessionId": session, "modeId": mode})).await;
     let (_, response) = agent.response(id).await;
     assert!(response.get("result").is_some(), "{response}");
@@ -185,7 +185,9 @@ async fn a_hard_link_is_judged_outside_when_the_editor_writes_in_place() {
 #[tokio::test]
 async fn instruction_files_linking_out_of_the_project_stay_out_of_the_prompt() {
     let canary = "h1-canary-environment-value";
-    let mut h = Harness::with_config_and_env("", &[("H1_CANARY", canary)]).await;
+    // The binary: the link leads to its own environment, and the warnings
+    // are logged from its blocking threads.
+    let mut h = Harness::process("", &[("H1_CANARY", canary)]).await;
     let outside = outside(&h);
     std::fs::write(outside.join("secret.md"), "outside-secret-text\n").unwrap();
     std::fs::create_dir_all(h.project.join(".git")).unwrap();

@@ -1,27 +1,35 @@
-//! A scripted ACP client that drives the real `lathe` binary over stdio.
+//! A scripted ACP client that drives lathe: by default in this process
+//! (`lathe::serve` over in-memory pipes, the way the binary's `main` calls
+//! it), or the real binary over stdio where only a process shows what is
+//! tested (see the `suite` module doc).
 //!
-//! [`AgentProcess`] spawns the binary with piped stdio. A background task
-//! splits stdout into lines, records every raw line, and forwards each line
-//! that parses as JSON to the test; another task accumulates stderr into a
-//! shared buffer that is quoted in every timeout panic, so a failing test
-//! shows what the agent logged.
+//! Both backends have one API. A background task splits the agent's output
+//! into lines, records every raw line, and forwards each line that parses as
+//! JSON to the test; what the agent logs is kept and quoted in every timeout
+//! panic, so a failing test shows it: the binary's stderr, or for an
+//! in-process agent the `tracing` output of the test's thread
+//! ([`super::logs`]).
 //!
 //! Requests, responses and notifications are plain `serde_json::Value`s: the
-//! tests check the wire shapes themselves, not a typed view of them.
+//! tests check the wire shapes themselves, not a typed view of them. Every
+//! wait is bounded in real time ([`super::clock::within`]), so a paused
+//! clock cannot fire the bound early or hold it back.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, Command};
-use tokio::sync::mpsc;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 
-/// How long [`AgentProcess::response`] waits by default.
+use super::clock::within;
+use super::logs::{self, Capture};
+
+/// How long [`Agent::response`] waits by default.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Environment variables removed from the inherited environment so the
@@ -32,21 +40,84 @@ const SCRUBBED_ENV_PREFIXES: &[&str] = &["LATHE_", "OPENAI_"];
 /// Hosts that must bypass any proxy configured in the environment.
 const LOOPBACK: &str = "127.0.0.1,localhost,::1";
 
-/// A running agent process and the client end of its stdio.
-pub struct AgentProcess {
-    child: Child,
-    pid: u32,
-    stdin: Option<ChildStdin>,
+/// Capacity of each in-memory pipe of an in-process agent (as a pipe's buffer).
+const PIPE_BYTES: usize = 64 * 1024;
+
+/// Whether an inherited variable is withheld from the agent.
+pub fn scrubbed(name: &str) -> bool {
+    SCRUBBED_ENV_PREFIXES.iter().any(|prefix| name.starts_with(prefix))
+}
+
+/// The variables an agent gets on top of the (scrubbed) inherited
+/// environment, later entries winning: `HOME` and `XDG_CONFIG_HOME` in
+/// `home` (so no user config leaks in), sessions saved under `home`,
+/// loopback exempt from any proxy (`NO_PROXY`), then `envs`. The one
+/// description of an agent's environment, for the binary and in-process.
+pub fn environment(home: &Path, envs: &[(&str, &str)]) -> Vec<(String, String)> {
+    let path = |path: PathBuf| path.to_string_lossy().into_owned();
+    let mut vars = vec![
+        ("HOME".to_owned(), path(home.to_path_buf())),
+        ("XDG_CONFIG_HOME".to_owned(), path(home.join(".config"))),
+        // Sessions are saved under the temporary home, never the developer's.
+        ("XDG_DATA_HOME".to_owned(), path(home.join(".local").join("share"))),
+        // The mock model server is on loopback; never route it via a proxy.
+        ("NO_PROXY".to_owned(), LOOPBACK.to_owned()),
+        ("no_proxy".to_owned(), LOOPBACK.to_owned()),
+    ];
+    vars.extend(envs.iter().map(|(name, value)| ((*name).to_owned(), (*value).to_owned())));
+    vars
+}
+
+/// The benchmark's name for [`Agent`] (benches/e2e includes this file).
+pub type AgentProcess = Agent;
+
+/// A running agent and the client end of its input and output.
+pub struct Agent {
+    backend: Backend,
+    input: Option<Box<dyn AsyncWrite + Send + Unpin>>,
     messages: mpsc::UnboundedReceiver<Value>,
     raw_lines: Arc<Mutex<Vec<String>>>,
-    stderr: Arc<Mutex<String>>,
-    stdout_task: Option<JoinHandle<()>>,
-    stderr_task: Option<JoinHandle<()>>,
+    /// The binary's stderr, or the in-process agent's captured logs.
+    logs: Arc<Mutex<String>>,
+    output_task: Option<JoinHandle<()>>,
     next_id: i64,
     timeout: Duration,
 }
 
-/// How [`AgentProcess::response_answering`] answers a request from the agent.
+enum Backend {
+    /// The `lathe` binary, killed when the `Agent` is dropped.
+    Process { child: Child, pid: u32, stderr_task: Option<JoinHandle<()>> },
+    /// `lathe::serve` as a task of the test's runtime.
+    InProcess {
+        served: Option<JoinHandle<std::io::Result<()>>>,
+        /// What `served` came to, once awaited.
+        ended: Option<Result<(), String>>,
+        /// Resolves serve's `shutdown` future: what a signal does to the binary.
+        shutdown: Option<oneshot::Sender<()>>,
+        _capture: Capture,
+    },
+}
+
+/// How an agent ended: the binary's exit status, or what `serve` returned.
+#[derive(Debug, Clone)]
+pub enum Exit {
+    /// The binary exited.
+    Process(ExitStatus),
+    /// `serve` returned `Ok` or an error (or panicked).
+    InProcess(Result<(), String>),
+}
+
+impl Exit {
+    /// Exit status 0, or `serve` returned `Ok` (which `main` turns into 0).
+    pub fn success(&self) -> bool {
+        match self {
+            Exit::Process(status) => status.success(),
+            Exit::InProcess(result) => result.is_ok(),
+        }
+    }
+}
+
+/// How [`Agent::response_answering`] answers a request from the agent.
 #[derive(Debug, Clone)]
 pub enum Answer {
     /// Reply with this `result`.
@@ -74,22 +145,92 @@ impl Answer {
     }
 }
 
-impl AgentProcess {
-    /// Spawns the `lathe` binary with `args` and `envs`.
-    ///
-    /// The environment is inherited, except that `HOME` and `XDG_CONFIG_HOME`
-    /// point at `home` (so no user config leaks in), variables starting with
-    /// `LATHE_` or `OPENAI_` are removed, loopback is exempted from any proxy
-    /// (`NO_PROXY`), `envs` is applied on top, and the working directory is
-    /// `home`. The child is killed when the
-    /// `AgentProcess` is dropped.
-    pub fn spawn(args: &[&str], envs: &[(&str, &str)], home: &Path) -> AgentProcess {
-        AgentProcess::spawn_via(&[], args, envs, home)
+/// The command-line arguments an in-process agent understands (the ones
+/// the tests pass to the binary).
+struct Arguments {
+    config: Option<PathBuf>,
+    data_dir: Option<PathBuf>,
+}
+
+impl Arguments {
+    fn parse(args: &[&str]) -> Arguments {
+        let mut parsed = Arguments { config: None, data_dir: None };
+        let mut args = args.iter();
+        while let Some(arg) = args.next() {
+            let mut value = || PathBuf::from(args.next().unwrap_or_else(|| panic!("{arg} needs a value")));
+            match *arg {
+                "--config" => parsed.config = Some(value()),
+                "--data-dir" => parsed.data_dir = Some(value()),
+                other => panic!("an in-process agent takes --config and --data-dir, not {other:?}"),
+            }
+        }
+        parsed
+    }
+}
+
+impl Agent {
+    /// Serves ACP in this process: the configuration is loaded from `args`
+    /// (`--config`, `--data-dir`) and the environment [`environment`]
+    /// describes, exactly as the binary's `main` loads it, and
+    /// `lathe::serve` runs as a task on the current runtime. The process
+    /// environment itself is not changed (children lathe starts inherit the
+    /// test's), and the working directory is the test's.
+    pub fn in_process(args: &[&str], envs: &[(&str, &str)], home: &Path) -> Agent {
+        let args = Arguments::parse(args);
+        let vars = environment(home, envs);
+        let env = |name: &str| -> Option<String> {
+            if let Some((_, value)) = vars.iter().rev().find(|(var, _)| var == name) {
+                return Some(value.clone());
+            }
+            if scrubbed(name) { None } else { std::env::var(name).ok() }
+        };
+        refuse_a_proxy_for_loopback();
+        let mut config = lathe::config::Config::load(args.config.as_deref(), &env)
+            .unwrap_or_else(|err| panic!("the in-process agent's config: {err}"));
+        config.data_dir = lathe::store::default_data_dir(args.data_dir.as_deref(), &env);
+        as_the_binary_would(&mut config);
+        let capture = Capture::start(env("RUST_LOG").as_deref().unwrap_or(logs::DEFAULT_FILTER));
+        let logs = capture.text();
+
+        let (client_input, agent_input) = tokio::io::duplex(PIPE_BYTES);
+        let (agent_output, client_output) = tokio::io::duplex(PIPE_BYTES);
+        let (shutdown, shutdown_requested) = oneshot::channel::<()>();
+        let shutdown_requested = async move {
+            // A dropped sender (the agent dropped) is a shutdown too.
+            let _ = shutdown_requested.await;
+        };
+        let served = tokio::spawn(lathe::serve(config, agent_input, agent_output, shutdown_requested));
+        let backend =
+            Backend::InProcess { served: Some(served), ended: None, shutdown: Some(shutdown), _capture: capture };
+        Agent::new(backend, Box::new(client_input), client_output, logs)
+    }
+
+    /// Spawns the `lathe` binary with `args`, in the environment
+    /// [`environment`] describes (the inherited one with `LATHE_*` and
+    /// `OPENAI_*` removed), its working directory `home`. The process is
+    /// killed when the `Agent` is dropped.
+    pub fn spawn(args: &[&str], envs: &[(&str, &str)], home: &Path) -> Agent {
+        Agent::spawn_via(&[], args, envs, home)
     }
 
     /// Like [`spawn`](Self::spawn), but started through `wrapper` (a program
     /// and its arguments, the lathe binary and `args` appended), e.g. `prlimit`.
-    pub fn spawn_via(wrapper: &[&str], args: &[&str], envs: &[(&str, &str)], home: &Path) -> AgentProcess {
+    pub fn spawn_via(wrapper: &[&str], args: &[&str], envs: &[(&str, &str)], home: &Path) -> Agent {
+        let mut command = Agent::command(wrapper, args, envs, home);
+        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+        let mut child = command.spawn().expect("spawn the lathe binary");
+        let pid = child.id().expect("a freshly spawned child has a pid");
+        let stdin = child.stdin.take().expect("piped stdin");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let stderr_pipe = child.stderr.take().expect("piped stderr");
+        let logs = Arc::new(Mutex::new(String::new()));
+        let stderr_task = Some(tokio::spawn(read_stderr(stderr_pipe, Arc::clone(&logs))));
+        Agent::new(Backend::Process { child, pid, stderr_task }, Box::new(stdin), stdout, logs)
+    }
+
+    /// The command that starts the binary (through `wrapper`, if any) in the
+    /// agent environment, stdio not yet set.
+    pub fn command(wrapper: &[&str], args: &[&str], envs: &[(&str, &str)], home: &Path) -> Command {
         let lathe = env!("CARGO_BIN_EXE_lathe");
         let mut command = match wrapper.split_first() {
             Some((program, wrapper_args)) => {
@@ -99,55 +240,40 @@ impl AgentProcess {
             }
             None => Command::new(lathe),
         };
-        command
-            .args(args)
-            .current_dir(home)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
+        command.args(args).current_dir(home);
         for (name, _) in std::env::vars_os() {
-            let text = name.to_string_lossy();
-            if SCRUBBED_ENV_PREFIXES.iter().any(|p| text.starts_with(p)) {
+            if scrubbed(&name.to_string_lossy()) {
                 command.env_remove(&name);
             }
         }
+        command.envs(environment(home, envs));
         command
-            .env("HOME", home)
-            .env("XDG_CONFIG_HOME", home.join(".config"))
-            // Sessions are saved under the temporary home, never the developer's.
-            .env("XDG_DATA_HOME", home.join(".local").join("share"))
-            // The mock model server is on loopback; never route it via a proxy.
-            .env("NO_PROXY", LOOPBACK)
-            .env("no_proxy", LOOPBACK);
-        for (name, value) in envs {
-            command.env(name, value);
-        }
+    }
 
-        let mut child = command.spawn().expect("spawn the lathe binary");
-        let pid = child.id().expect("a freshly spawned child has a pid");
-        let stdin = child.stdin.take().expect("piped stdin");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let stderr_pipe = child.stderr.take().expect("piped stderr");
-
+    fn new(
+        backend: Backend,
+        input: Box<dyn AsyncWrite + Send + Unpin>,
+        output: impl AsyncRead + Send + Unpin + 'static,
+        logs: Arc<Mutex<String>>,
+    ) -> Agent {
         let (sender, messages) = mpsc::unbounded_channel();
         let raw_lines = Arc::new(Mutex::new(Vec::new()));
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let stdout_task = tokio::spawn(read_stdout(stdout, Arc::clone(&raw_lines), sender));
-        let stderr_task = tokio::spawn(read_stderr(stderr_pipe, Arc::clone(&stderr)));
-
-        AgentProcess {
-            child,
-            pid,
-            stdin: Some(stdin),
+        let output_task = tokio::spawn(read_output(output, Arc::clone(&raw_lines), sender));
+        Agent {
+            backend,
+            input: Some(input),
             messages,
             raw_lines,
-            stderr,
-            stdout_task: Some(stdout_task),
-            stderr_task: Some(stderr_task),
+            logs,
+            output_task: Some(output_task),
             next_id: 0,
             timeout: DEFAULT_TIMEOUT,
         }
+    }
+
+    /// Whether this agent is the binary (a process of its own).
+    pub fn is_process(&self) -> bool {
+        matches!(self.backend, Backend::Process { .. })
     }
 
     /// Sets how long [`response`](Self::response) and
@@ -164,18 +290,25 @@ impl AgentProcess {
     }
 
     /// Writes `line` verbatim (the caller includes the newline). Panics if the
-    /// agent's stdin is closed.
+    /// agent's input is closed.
     pub async fn send_raw(&mut self, line: &[u8]) {
-        let Some(stdin) = self.stdin.as_mut() else {
+        let Some(input) = self.input.as_mut() else {
             panic!("send after close_stdin");
         };
         let written = async {
-            stdin.write_all(line).await?;
-            stdin.flush().await
-        }
-        .await;
-        if let Err(error) = written {
-            panic!("writing to the agent's stdin failed: {error}\n--- agent stderr ---\n{}", self.stderr());
+            input.write_all(line).await?;
+            input.flush().await
+        };
+        match within(self.timeout, written).await {
+            Some(Ok(())) => {}
+            Some(Err(error)) => {
+                panic!("writing to the agent's input failed: {error}\n--- agent stderr ---\n{}", self.stderr())
+            }
+            None => panic!(
+                "the agent read none of our input for {:?}\n--- agent stderr ---\n{}",
+                self.timeout,
+                self.stderr()
+            ),
         }
     }
 
@@ -210,7 +343,7 @@ impl AgentProcess {
     /// Reads messages until the response to `id` arrives; returns every
     /// message received before it, in order, and the response. Requests from
     /// the agent are recorded but never answered. Panics after the configured
-    /// timeout, or if stdout closes first, quoting the agent's stderr.
+    /// timeout, or if the output closes first, quoting the agent's logs.
     pub async fn response(&mut self, id: i64) -> (Vec<Value>, Value) {
         self.response_answering(id, |_| Answer::Ignore).await
     }
@@ -223,13 +356,14 @@ impl AgentProcess {
         id: i64,
         mut answer: impl FnMut(&Value) -> Answer,
     ) -> (Vec<Value>, Value) {
-        let deadline = Instant::now() + self.timeout;
+        let deadline = std::time::Instant::now() + self.timeout;
         let mut before = Vec::new();
         loop {
-            let message = match tokio::time::timeout_at(deadline, self.messages.recv()).await {
-                Ok(Some(message)) => message,
-                Ok(None) => self.fail(&format!("stdout closed before the response to id {id}"), &before),
-                Err(_) => self.fail(&format!("no response to id {id} within {:?}", self.timeout), &before),
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let message = match within(left, self.messages.recv()).await {
+                Some(Some(message)) => message,
+                Some(None) => self.fail(&format!("the output closed before the response to id {id}"), &before),
+                None => self.fail(&format!("no response to id {id} within {:?}", self.timeout), &before),
             };
             if is_response_to(&message, id) {
                 return (before, message);
@@ -249,54 +383,158 @@ impl AgentProcess {
     }
 
     /// The next JSON message from the agent, or `None` if none arrives within
-    /// `timeout` (or stdout has closed).
+    /// `timeout` (or the output has closed).
     pub async fn next_message(&mut self, timeout: Duration) -> Option<Value> {
-        tokio::time::timeout(timeout, self.messages.recv()).await.ok().flatten()
+        within(timeout, self.messages.recv()).await.flatten()
     }
 
-    /// Closes the agent's stdin (it sees EOF).
+    /// The next JSON message, which must come within the configured timeout.
+    pub async fn expect_message(&mut self, what: &str) -> Value {
+        match self.next_message(self.timeout).await {
+            Some(message) => message,
+            None => self.fail(&format!("{what}: no message within {:?}", self.timeout), &[]),
+        }
+    }
+
+    /// Reads messages until one satisfies `found`; returns those before it and it.
+    pub async fn until(&mut self, what: &str, found: impl Fn(&Value) -> bool) -> (Vec<Value>, Value) {
+        let deadline = std::time::Instant::now() + self.timeout;
+        let mut before = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let message = match within(left, self.messages.recv()).await {
+                Some(Some(message)) => message,
+                Some(None) => self.fail(&format!("the output closed before {what}"), &before),
+                None => self.fail(&format!("no {what} within {:?}", self.timeout), &before),
+            };
+            if found(&message) {
+                return (before, message);
+            }
+            before.push(message);
+        }
+    }
+
+    /// Reads messages until every request in `ids` is answered, answering
+    /// none of the agent's requests; returns all of them in arrival order
+    /// (find the answers with [`answer_at`]).
+    pub async fn until_answered(&mut self, ids: &[i64]) -> Vec<Value> {
+        let deadline = std::time::Instant::now() + self.timeout;
+        let mut messages = Vec::new();
+        while !ids.iter().all(|id| answer_at(&messages, *id).is_some()) {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match within(left, self.messages.recv()).await {
+                Some(Some(message)) => messages.push(message),
+                Some(None) => self.fail(&format!("the output closed before answers to all of {ids:?}"), &messages),
+                None => self.fail(&format!("no answers to all of {ids:?} within {:?}", self.timeout), &messages),
+            }
+        }
+        messages
+    }
+
+    /// A round trip through the agent's reader: a request for a method no
+    /// one serves, answered at once where it is read. Returns what the agent
+    /// sent before that answer: everything it had to say by then (its
+    /// output is written in order). Stands in for "wait a moment and see
+    /// that nothing more comes".
+    pub async fn barrier(&mut self) -> Vec<Value> {
+        let id = self.request("_lathe_tests/barrier", json!({})).await;
+        let (before, response) = self.response(id).await;
+        assert_eq!(response["error"]["code"], -32601, "the barrier is an unknown method: {response}");
+        before
+    }
+
+    /// Closes the agent's input (it sees EOF).
     pub fn close_stdin(&mut self) {
-        self.stdin = None;
+        self.input = None;
     }
 
-    /// Waits up to `timeout` for the agent to exit. After it exits, waits
-    /// briefly for the stdout and stderr readers to drain, so `stderr()` and
-    /// `raw_stdout_lines()` are complete.
-    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let status = tokio::time::timeout(timeout, self.child.wait()).await.ok()?.expect("wait for the agent process");
-        // A grandchild may still hold the pipes open; do not wait for it long.
-        for task in [&mut self.stdout_task, &mut self.stderr_task] {
+    /// Stops reading the agent's output and closes our end of it: its next
+    /// write fails (for the binary: EPIPE on stdout).
+    pub fn stop_reading_output(&mut self) {
+        if let Some(task) = self.output_task.take() {
+            task.abort();
+        }
+    }
+
+    /// Asks an in-process agent to shut down, as a signal asks the binary:
+    /// serve's `shutdown` future resolves.
+    pub fn shut_down(&mut self) {
+        match &mut self.backend {
+            Backend::InProcess { shutdown, .. } => {
+                if let Some(shutdown) = shutdown.take() {
+                    let _ = shutdown.send(());
+                }
+            }
+            Backend::Process { .. } => panic!("send the binary a signal instead (Agent::pid)"),
+        }
+    }
+
+    /// Waits up to `timeout` (real time) for the agent to end: the process
+    /// to exit, or `serve` to return. Then waits briefly for the output (and
+    /// stderr) readers to drain, so `stderr()` and `raw_stdout_lines()` are
+    /// complete.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<Exit> {
+        let exit = match &mut self.backend {
+            Backend::Process { child, .. } => {
+                Exit::Process(within(timeout, child.wait()).await?.expect("wait for the agent process"))
+            }
+            Backend::InProcess { served, ended, .. } => {
+                if let Some(handle) = served.as_mut() {
+                    let joined = within(timeout, handle).await?;
+                    *served = None;
+                    *ended = Some(match joined {
+                        Ok(Ok(())) => Ok(()),
+                        Ok(Err(err)) => Err(format!("serve failed: {err}")),
+                        Err(err) => Err(format!("serve did not finish: {err}")),
+                    });
+                }
+                Exit::InProcess(ended.clone().expect("serve's outcome"))
+            }
+        };
+        // A grandchild (or a task of the agent's) may still hold the output open; do not wait for it long.
+        let stderr_task = match &mut self.backend {
+            Backend::Process { stderr_task, .. } => stderr_task,
+            Backend::InProcess { .. } => &mut None,
+        };
+        for task in [&mut self.output_task, stderr_task] {
             if let Some(handle) = task.as_mut()
-                && tokio::time::timeout(Duration::from_secs(1), handle).await.is_ok()
+                && within(Duration::from_secs(1), handle).await.is_some()
             {
                 *task = None;
             }
         }
-        Some(status)
+        Some(exit)
     }
 
-    /// Everything the agent wrote to stderr so far.
+    /// Everything the agent logged so far: the binary's stderr, or the
+    /// in-process agent's captured `tracing` output (see [`super::logs`]).
     pub fn stderr(&self) -> String {
-        lock(&self.stderr).clone()
+        lock(&self.logs).clone()
     }
 
-    /// Kills the agent with SIGKILL (no chance to clean up) and waits for it.
+    /// Kills the binary with SIGKILL (no chance to clean up) and waits for it.
     pub async fn kill_hard(&mut self) {
-        self.child.kill().await.expect("kill the agent");
+        match &mut self.backend {
+            Backend::Process { child, .. } => child.kill().await.expect("kill the agent"),
+            Backend::InProcess { .. } => panic!("an in-process agent cannot be SIGKILLed; use Harness::process"),
+        }
     }
 
-    /// The agent's process id.
+    /// The binary's process id.
     pub fn pid(&self) -> u32 {
-        self.pid
+        match &self.backend {
+            Backend::Process { pid, .. } => *pid,
+            Backend::InProcess { .. } => panic!("an in-process agent has no process of its own; use Harness::process"),
+        }
     }
 
-    /// Every raw stdout line received so far (without the trailing newline),
+    /// Every raw output line received so far (without the trailing newline),
     /// including lines that are not JSON.
     pub fn raw_stdout_lines(&self) -> Vec<String> {
         lock(&self.raw_lines).clone()
     }
 
-    /// Asserts that every stdout line so far is a JSON-RPC 2.0 message.
+    /// Asserts that every output line so far is a JSON-RPC 2.0 message.
     pub fn assert_stdout_is_only_jsonrpc(&self) {
         for line in self.raw_stdout_lines() {
             let parsed: Option<Value> = serde_json::from_str(&line).ok();
@@ -319,7 +557,32 @@ impl AgentProcess {
     }
 }
 
-async fn read_stdout(
+/// Where the in-process engine is given what the binary would know of
+/// itself: the trampoline every child is started through (`lathe
+/// sandbox-exec`, which supervises it and applies the sandbox) is the binary
+/// this test build made, as `main` sets it to its own executable.
+fn as_the_binary_would(config: &mut lathe::config::Config) {
+    config.children.supervisor = Some(std::path::PathBuf::from(env!("CARGO_BIN_EXE_lathe")));
+}
+
+/// In-process agents reach the mock model with the test process's own
+/// environment, whose proxy settings a test cannot change: a proxy that
+/// would carry loopback traffic breaks every test, so say so plainly.
+fn refuse_a_proxy_for_loopback() {
+    let var = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
+    let proxy = ["http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"].into_iter().find_map(var);
+    let exempt = ["no_proxy", "NO_PROXY"]
+        .into_iter()
+        .filter_map(var)
+        .any(|list| list.split(',').any(|host| matches!(host.trim(), "127.0.0.1" | "*")));
+    if let Some(proxy) = proxy
+        && !exempt
+    {
+        panic!("the environment routes HTTP through {proxy}: set NO_PROXY=127.0.0.1 (the mock model is on loopback)");
+    }
+}
+
+async fn read_output(
     stdout: impl AsyncRead + Unpin,
     raw_lines: Arc<Mutex<Vec<String>>>,
     sender: mpsc::UnboundedSender<Value>,
@@ -362,6 +625,11 @@ fn is_request(message: &Value) -> bool {
     message.get("method").is_some() && message.get("id").is_some_and(|id| !id.is_null())
 }
 
+/// Where the response to request `id` is among `messages`.
+pub fn answer_at(messages: &[Value], id: i64) -> Option<usize> {
+    messages.iter().position(|m| is_response_to(m, id))
+}
+
 fn is_response_to(message: &Value, id: i64) -> bool {
     message.get("method").is_none()
         && message["id"] == json!(id)
@@ -371,7 +639,7 @@ fn is_response_to(message: &Value, id: i64) -> bool {
 /// Sends `initialize` (protocol version 1, `client_capabilities`) and then
 /// `session/new` for `cwd` with no MCP servers; returns the session id.
 /// Panics if either call fails.
-pub async fn handshake(agent: &mut AgentProcess, client_capabilities: Value, cwd: &Path) -> String {
+pub async fn handshake(agent: &mut Agent, client_capabilities: Value, cwd: &Path) -> String {
     let id = agent
         .request(
             "initialize",
@@ -406,7 +674,7 @@ pub async fn handshake(agent: &mut AgentProcess, client_capabilities: Value, cwd
 }
 
 /// Sends `session/prompt` with a single text block and returns the request id.
-pub async fn prompt(agent: &mut AgentProcess, session_id: &str, text: &str) -> i64 {
+pub async fn prompt(agent: &mut Agent, session_id: &str, text: &str) -> i64 {
     agent
         .request(
             "session/prompt",

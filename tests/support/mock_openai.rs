@@ -26,7 +26,7 @@
 //! reads.
 //!
 //! The mock counts *disconnects*: responses whose connection closed before the
-//! reply was fully handed over (the client dropped the stream mid-reply,
+//! reply was fully handed over (or, for [`Reply::NoAnswer`], began) (the client dropped the stream mid-reply,
 //! including during a [`Step::Stall`]). Tests use this to prove that
 //! cancelling a turn really closes the HTTP stream.
 
@@ -51,7 +51,7 @@ use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 use tokio::task::{JoinHandle, JoinSet};
-use tokio::time::{Instant, Sleep};
+use tokio::time::Sleep;
 
 /// A running mock server. Dropping it stops accepting and aborts every open
 /// connection.
@@ -103,6 +103,10 @@ pub enum Reply {
     /// `200 application/json` with this body: a server that ignores
     /// `stream: true`.
     Json(Value),
+    /// No answer at all, not even the status line: a server that took the
+    /// request and went silent. The connection stays open until the client
+    /// goes away (which counts as a disconnect).
+    NoAnswer,
 }
 
 impl Reply {
@@ -250,13 +254,13 @@ impl MockOpenAi {
     }
 
     /// Polls `check` each time the state changes until it yields a value or
-    /// `timeout` passes. On timeout returns a snapshot for the panic message.
+    /// `timeout` (real time) passes. On timeout returns a snapshot for the panic message.
     async fn wait_until<T>(
         &self,
         timeout: Duration,
         mut check: impl FnMut(&State) -> Option<T>,
     ) -> Result<T, Snapshot> {
-        let deadline = Instant::now() + timeout;
+        let deadline = std::time::Instant::now() + timeout;
         loop {
             // Register interest before checking, so no change is missed.
             let notified = self.shared.changed.notified();
@@ -268,7 +272,9 @@ impl MockOpenAi {
                     return Ok(value);
                 }
             }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+            // A real-time bound: a paused clock must not end the wait early.
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if super::clock::within(left, notified).await.is_none() {
                 let state = self.shared.lock();
                 return Err(Snapshot { requests: state.requests.clone(), disconnects: state.disconnects });
             }
@@ -360,7 +366,21 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Result<Respo
         reply
     };
     shared.changed.notify_waiters();
+    if matches!(reply, Reply::NoAnswer) {
+        let _counted = CountsDisconnect(shared);
+        return std::future::pending().await;
+    }
     Ok(build_response(reply, shared))
+}
+
+/// Counts a disconnect when a request that was never answered is dropped
+/// (hyper drops it when the client closes the connection).
+struct CountsDisconnect(Arc<Shared>);
+
+impl Drop for CountsDisconnect {
+    fn drop(&mut self) {
+        self.0.count_disconnect();
+    }
 }
 
 fn build_response(reply: Reply, shared: Arc<Shared>) -> Response<MockBody> {
@@ -382,6 +402,7 @@ fn build_response(reply: Reply, shared: Arc<Shared>) -> Response<MockBody> {
             .header("content-type", "application/json")
             .body(MockBody::Full(Some(Bytes::from(value.to_string()))))
             .expect("mock: build JSON response"),
+        Reply::NoAnswer => unreachable!("handle() never answers Reply::NoAnswer"),
         Reply::Status { status, body, headers } => {
             let default_type =
                 if serde_json::from_str::<Value>(&body).is_ok() { "application/json" } else { "text/plain" };

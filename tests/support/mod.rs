@@ -1,6 +1,8 @@
 //! Support library for the integration tests: a mock OpenAI-compatible model
-//! server ([`mock_openai`]), a scripted ACP client that drives the real binary
-//! over stdio ([`acp_client`]), and small fixtures.
+//! server ([`mock_openai`]), a scripted ACP client that drives lathe in this
+//! process or as the real binary ([`acp_client`], [`harness`]), the tests'
+//! time ([`clock`]: real-time bounds, a frozen virtual clock), lathe's logs
+//! captured in-process ([`logs`]), and small fixtures.
 
 // Every suite links this module, but no single suite uses every helper.
 #![allow(dead_code)]
@@ -9,8 +11,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod acp_client;
+pub mod clock;
 pub mod editor;
 pub mod harness;
+pub mod logs;
 pub mod mcp_server;
 pub mod mock_openai;
 pub mod sse;

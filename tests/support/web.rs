@@ -21,7 +21,6 @@ use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 use tokio::task::{JoinHandle, JoinSet};
-use tokio::time::Instant;
 
 /// What the server answers on one path.
 #[derive(Debug, Clone)]
@@ -151,7 +150,7 @@ impl WebServer {
 
     /// Waits until `check` holds for the bodies sent so far, at most `timeout`.
     pub async fn wait_for(&self, timeout: Duration, check: impl Fn(&[Sent]) -> bool) -> Vec<Sent> {
-        let deadline = Instant::now() + timeout;
+        let deadline = std::time::Instant::now() + timeout;
         loop {
             let notified = self.shared.changed.notified();
             let mut notified = std::pin::pin!(notified);
@@ -160,7 +159,8 @@ impl WebServer {
             if check(&sent) {
                 return sent;
             }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if super::clock::within(left, notified).await.is_none() {
                 panic!("web: condition not met within {timeout:?}; bodies: {sent:?}; requests: {:?}", self.requests());
             }
         }
