@@ -68,7 +68,9 @@ pub fn chat(config: Config, args: ChatArgs, runtime: &tokio::runtime::Runtime) -
         style::warn_line(&format!("{title}: {text}"));
     }
     let commands = engine.commands(&session.setup().cwd);
-    let mut editor: Editor<Commands, DefaultHistory> = match Editor::new() {
+    // Like a shell: Tab completes as far as the commands agree, a second Tab lists them.
+    let settings = rustyline::Config::builder().completion_type(rustyline::CompletionType::List).build();
+    let mut editor: Editor<Commands, DefaultHistory> = match Editor::with_config(settings) {
         Ok(editor) => editor,
         Err(err) => {
             style::warn_line(&format!("cannot start the line editor: {err}"));

@@ -117,6 +117,28 @@ async fn ctrl_c_cancels_a_running_shell_command() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slash_commands_complete_with_tab_and_run_without_the_model() {
+    let term = Term::start("").await;
+    tokio::task::spawn_blocking(move || {
+        let mut pty = spawn_chat(&term, &[]);
+        prompt(&mut pty);
+        // Tab completes `/mod` as far as `/mode`; a second Tab lists `/mode` and `/model`.
+        pty.send("/mod\t\t").unwrap();
+        pty.expect("/model - ").unwrap();
+        pty.send(" read-only\r").unwrap();
+        pty.expect("Switched to Read only mode").unwrap();
+        prompt(&mut pty);
+        pty.send("/cle\t\r").unwrap();
+        pty.expect("Started a fresh conversation").unwrap();
+        prompt(&mut pty);
+        quit(&mut pty);
+        assert!(term.mock.chat_requests().is_empty(), "built-in commands reach no model");
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chat_refuses_without_a_terminal_and_points_at_exec() {
     let term = Term::start("").await;
     let output = term.std_command(&["chat"]).stdin(Stdio::null()).stdout(Stdio::piped()).output().unwrap();
