@@ -159,7 +159,11 @@ pub(super) async fn cancel_on_signals(session: Arc<Session>) {
         futures_util::future::select_all(waits).await;
         if count == 0 {
             style::err_line(&Paint::stderr().yellow("cancelling… (Ctrl-C again to quit now)"));
+            // The session's own token too: a turn not yet started (the
+            // signal came while the session was being set up) never starts.
+            // exec ends with the turn, so nothing else of the session is lost.
             session.cancel_turns();
+            session.close();
         } else {
             std::process::exit(i32::from(exit::CANCELLED));
         }

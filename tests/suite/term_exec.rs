@@ -204,6 +204,23 @@ async fn without_a_terminal_the_default_mode_refuses_a_write() {
     assert!(text(&output.stderr).contains("+1 -0"), "the diff is summed up: {}", text(&output.stderr));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plan_is_a_checklist_on_stderr() {
+    let term = Term::start("").await;
+    let plan = json!({"plan": [
+        {"content": "Read the parser", "status": "completed"},
+        {"content": "Fix the off-by-one", "status": "in_progress"},
+        {"content": "Add a test", "status": "pending"},
+    ]});
+    term.mock.push(tool_call_reply(&[("call_plan", "update_plan", plan)]));
+    term.mock.push(text_reply("Working on it."));
+    let output = term.exec(&["fix the parser"], None).await;
+    assert_eq!(code(&output), 0, "{}", text(&output.stderr));
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains("Plan:\n  [x] Read the parser\n  [~] Fix the off-by-one\n  [ ] Add a test\n"), "{stderr}");
+    assert_eq!(text(&output.stdout), "Working on it.\n");
+}
+
 /// The same scripted turn, for exec --json and for an ACP client.
 fn scripted_turn(mock: &MockOpenAi) {
     mock.push(Reply::Sse(vec![
