@@ -20,6 +20,7 @@ use super::approve::TermApprover;
 use super::events::Output;
 use super::style::{self, Paint};
 use super::{Engine, SessionArgs, TermEvents, exit};
+use crate::acp::updates::{Lines, shown};
 use crate::agent::StopReason;
 use crate::commands::SlashCommand;
 use crate::config::Config;
@@ -137,7 +138,7 @@ async fn turn(engine: &Engine, session: &Arc<Session>, line: String) {
             style::err_line(&paint.yellow("stopped: the turn used up its model requests"))
         }
         Ok(StopReason::Refusal) => style::err_line(&paint.yellow("stopped: the model refused")),
-        Err(err) => style::err_line(&format!("{} {err}", paint.red("error:"))),
+        Err(err) => style::err_line(&format!("{} {}", paint.red("error:"), shown(&err.to_string(), Lines::Many))),
     }
 }
 

@@ -16,6 +16,7 @@ use super::approve::TermApprover;
 use super::events::Output;
 use super::style::{self, Paint};
 use super::{Engine, SessionArgs, TermEvents, exit};
+use crate::acp::updates::{Lines, shown};
 use crate::agent::StopReason;
 use crate::config::Config;
 use crate::permission::Mode;
@@ -130,7 +131,9 @@ fn report(session: &Session, result: &Result<StopReason, crate::agent::TurnError
                 .yellow(&format!("stopped: the turn used up its model requests ([agent] max_turn_requests) {resume}")),
         ),
         Ok(StopReason::Refusal) => style::err_line(&paint.yellow("stopped: the model refused")),
-        Err(err) => style::err_line(&format!("{} {err}", paint.red("lathe: error:"))),
+        Err(err) => {
+            style::err_line(&format!("{} {}", paint.red("lathe: error:"), shown(&err.to_string(), Lines::Many)))
+        }
     }
 }
 
