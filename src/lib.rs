@@ -5,10 +5,16 @@
 //! # Module map
 //!
 //! ```text
-//! main.rs     CLI, logging to stderr, config loading, signals -> lathe::serve_stdio
-//! acp/        the only module that knows ACP types: dispatch, prompt content,
+//! main.rs     CLI, logging to stderr, config loading, signals -> lathe::serve_stdio,
+//!             or `lathe exec` / `lathe chat` -> term, or the other subcommands
+//! acp/        the only module that speaks ACP: dispatch, prompt content,
 //!             agent events -> session/update, stop reasons and errors -> responses,
 //!             the editor's fs/terminal/permission methods as the tools' Host
+//! term/       the terminal front end (exec, chat): the engine's seams on a
+//!             terminal, sessions in the same store; ACP shapes only for the
+//!             journal and `--json`, through acp::updates; no JSON-RPC
+//! setup       session set-up both front ends share: a session opened with
+//!             its prompt, history and MCP servers; metadata; titles; commands
 //! rpc         JSON-RPC 2.0 framing, the single ordered writer, outgoing calls
 //! agent       the turn loop: sample, stream events, (run tools), repeat; emits AgentEvents
 //! session     session state: roots, conversation, the per-session turn worker
@@ -22,6 +28,7 @@
 //!             their tools offered and run through the tools' ExternalTools seam
 //! prompt      the system prompt from prompts/*.md
 //! store/      sessions on disk: meta, journal, the session index
+//! checkpoint  each turn's file changes saved before they happen: /undo, /redo
 //! child       how a process is started: scrubbed environment, supervision
 //!             (the `lathe sandbox-exec` trampoline), its own process group
 //! sandbox     the Landlock policy commands run under, applied by the trampoline
@@ -38,10 +45,12 @@
 //!
 //! Knowledge flows one way: `acp -> agent -> {model, session, prompt} -> config`,
 //! with `rpc` under `acp`. The agent reaches the editor only through the
-//! [`agent::EventSink`] seam that `acp` implements.
+//! [`agent::EventSink`] seam that `acp` implements (and `term`, for a terminal).
 //!
 //! Stdout carries the protocol and nothing else: this crate never prints
 //! (`clippy::print_stdout` is denied) and logs through `tracing` to stderr.
+//! Only `term`, in `lathe exec` and `lathe chat`, writes to stdout and
+//! stderr itself, through `io::Write`.
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 #![warn(missing_docs)]
@@ -65,8 +74,10 @@ pub mod prompt;
 pub mod rpc;
 pub mod sandbox;
 pub mod session;
+pub mod setup;
 pub mod store;
 pub mod sync;
+pub mod term;
 pub mod tools;
 pub mod trace;
 

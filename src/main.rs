@@ -70,6 +70,11 @@ enum Command {
     },
     /// Print the man page (roff): `lathe man | man -l -`.
     Man,
+    /// Run one prompt from the terminal: the answer on stdout, the rest on
+    /// stderr. Exit 0 done, 1 error, 2 usage, 3 stopped short, 130 cancelled.
+    Exec(lathe::term::ExecArgs),
+    /// Chat with lathe on this terminal.
+    Chat(lathe::term::ChatArgs),
 }
 
 fn main() -> ExitCode {
@@ -201,8 +206,51 @@ fn run_command(cli: Cli, command: Command) -> anyhow::Result<ExitCode> {
             stdout.flush().context("writing the report")?;
             Ok(if report.passed() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
+        command @ (Command::Exec(_) | Command::Chat(_)) => {
+            drop(stdout);
+            run_terminal(cli, command)
+        }
         Command::SandboxExec(_) => unreachable_sandbox_exec(),
     }
+}
+
+/// `lathe exec` and `lathe chat` (see `lathe::term`).
+fn run_terminal(cli: Cli, command: Command) -> anyhow::Result<ExitCode> {
+    // On a terminal front end, stderr is the user's screen: errors only
+    // (what a warning would say, such as a retry, is shown there already).
+    init_logging(cli.log_level.as_deref(), cli.log_file.as_deref(), "error")?;
+    let env = |name: &str| std::env::var(name).ok();
+    let mut config = match Config::load(cli.config.as_deref(), &env) {
+        Ok(config) => config,
+        Err(err) => {
+            eprintln!("lathe: {err}");
+            return Ok(ExitCode::from(lathe::term::exit::USAGE));
+        }
+    };
+    config.data_dir = lathe::store::default_data_dir(cli.data_dir.as_deref(), &env);
+    start_trace(cli.trace.as_deref(), Some(&config))?;
+    // Every child is started through this executable, which supervises it.
+    config.children.supervisor = match std::env::current_exe() {
+        Ok(path) => Some(path),
+        Err(err) => {
+            tracing::warn!(%err, "cannot find lathe's own executable; child processes will not be supervised");
+            None
+        }
+    };
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
+    let code = match command {
+        Command::Exec(args) => runtime.block_on(lathe::term::exec(config, args)),
+        Command::Chat(args) => lathe::term::chat(config, args, &runtime),
+        Command::SandboxExec(_)
+        | Command::Doctor(_)
+        | Command::Sessions(_)
+        | Command::Init(_)
+        | Command::Completions { .. }
+        | Command::Man => lathe::term::exit::USAGE,
+    };
+    runtime.shutdown_timeout(Duration::from_millis(250));
+    Ok(ExitCode::from(code))
 }
 
 /// `sandbox-exec` is dispatched before anything else in `main`.

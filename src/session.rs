@@ -100,7 +100,7 @@ impl Journal {
             Record::Message(_) => self.materialize(),
             // `/clear` before any prompt: there is nothing to keep, nor to save it for.
             Record::Reset(messages) if messages.is_empty() && self.pending().is_some() => return,
-            Record::Reset(_) => self.materialize(),
+            Record::Reset(_) | Record::Rewind(_) => self.materialize(),
             Record::Update(line) => {
                 let mut pending = self.pending();
                 if let Some(pending) = pending.as_mut() {

@@ -47,7 +47,7 @@ mod prompt;
 mod sessions;
 mod turns;
 mod undo;
-mod updates;
+pub mod updates;
 mod warnings;
 
 use std::collections::HashMap;
@@ -69,7 +69,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::agent::{StopReason, TurnError};
-use crate::config::{Config, ConfigSource};
+use crate::config::Config;
 use crate::model::{ModelClient, ModelError};
 use crate::rpc::{
     self, CANCEL_REQUEST_METHOD, Classified, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, Incoming, Line,
@@ -78,6 +78,7 @@ use crate::rpc::{
 use crate::session::Session;
 use crate::store::{FailureSink, Store};
 use crate::sync::lock;
+pub use sessions::stored_transcript;
 use warnings::Warnings;
 
 /// ACP's "resource not found" code (`ErrorCode::ResourceNotFound`): an
@@ -456,32 +457,18 @@ impl Server {
     }
 
     fn model_client(&self, key: &str, thought_level: Option<&str>) -> Result<Arc<ModelClient>, ModelError> {
-        if self.config.source == ConfigSource::Unconfigured {
-            return Err(ModelError::NotConfigured(
-                "no model is configured: create ~/.config/lathe/config.toml (see config.example.toml) or set OPENAI_API_KEY / OPENAI_BASE_URL"
-                    .to_owned(),
-            ));
-        }
         let cache_key = (key.to_owned(), thought_level.map(str::to_owned));
         if let Some(client) = lock(&self.models).get(&cache_key) {
             return Ok(Arc::clone(client));
         }
-        let model = self
-            .config
-            .models
-            .get(key)
-            .ok_or_else(|| ModelError::NotConfigured(format!("the model \"{key}\" is not configured")))?;
-        let mut model = model.clone();
-        if thought_level.is_some() {
-            model.reasoning_effort = thought_level.map(str::to_owned);
-        }
-        let client = Arc::new(ModelClient::new(Arc::new(model), &self.config.network)?);
+        let client = Arc::new(crate::setup::model_client(&self.config, key, thought_level)?);
         lock(&self.models).insert(cache_key, Arc::clone(&client));
         Ok(client)
     }
 }
 
-fn to_acp_stop_reason(stop: StopReason) -> AcpStopReason {
+/// The ACP stop reason for how a turn ended.
+pub fn to_acp_stop_reason(stop: StopReason) -> AcpStopReason {
     match stop {
         StopReason::EndTurn => AcpStopReason::EndTurn,
         StopReason::MaxTokens => AcpStopReason::MaxTokens,
@@ -491,7 +478,8 @@ fn to_acp_stop_reason(stop: StopReason) -> AcpStopReason {
     }
 }
 
-fn turn_error_to_rpc(err: &TurnError) -> RpcError {
+/// The JSON-RPC error (code, message, data) for a failed turn.
+pub fn turn_error_to_rpc(err: &TurnError) -> RpcError {
     match err {
         TurnError::Model(model) | TurnError::Retried { error: model, .. } => {
             let mut data = json!({ "kind": model.kind() });

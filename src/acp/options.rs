@@ -79,8 +79,7 @@ pub fn config_options(config: &Config, session: &Session) -> Vec<SessionConfigOp
 /// The choices for a session using model `key`: its configured reasoning
 /// effort, if it takes one.
 pub fn choices_for(config: &Config, key: &str) -> Choices {
-    let thought_level = config.models.get(key).and_then(|m| m.reasoning_effort.clone());
-    Choices { model_key: key.to_owned(), thought_level }
+    crate::setup::choices_for(config, key)
 }
 
 /// Parses a mode id.

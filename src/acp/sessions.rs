@@ -26,12 +26,13 @@ use serde_json::{Value, json};
 
 use super::updates::{self, Lines, SessionEvents};
 use super::{INVALID_PARAMS, RESOURCE_NOT_FOUND, RequestId, RpcError, Server, lock, options, parse_params};
-use crate::commands::{self, SlashCommand};
+use crate::commands::SlashCommand;
 use crate::model::Message;
 use crate::permission::Mode;
-use crate::prompt::{Environment, Instructions, project_instructions, system_prompt};
+use crate::prompt::Instructions;
 use crate::rpc::encode_notification;
-use crate::session::{Choices, Conversation, Journal, Session, SessionSetup};
+use crate::session::{Journal, Session};
+use crate::setup::{self, Placement, Start, WorkspaceFiles, workspace_files};
 use crate::store::{ChunkKind, ListKey, ListPage, Record, SessionMeta, SessionSummary, Store, StoreError, now_rfc3339};
 
 /// Whether `session/load`-style setup replays the conversation.
@@ -46,37 +47,9 @@ pub enum Replay {
 /// Sessions listed per page.
 const PAGE_SIZE: usize = 50;
 
-/// The parts of new/load/resume params that set a session up.
-struct Placement {
-    cwd: PathBuf,
-    additional_directories: Vec<PathBuf>,
-    mcp_servers: Vec<Value>,
-    /// The same servers, in the shape the `mcp` module connects to.
-    mcp: Vec<crate::config::McpServer>,
-    /// When the session was first created: now for a new one.
-    created_at: String,
-}
-
-/// What a session starts from: nothing for a new one, its log for a loaded one.
-struct Start {
-    messages: Vec<Message>,
-    choices: Choices,
-    mode: Mode,
-    journal: Option<Journal>,
-}
-
 /// How long a load or close waits for a session's cancelled turn to wind
 /// down (so its last records are queued) before going on without it.
 const WIND_DOWN: Duration = Duration::from_secs(2);
-
-/// What a session reads from its workspace when it is set up: the project
-/// instructions and the slash commands. Read in `spawn_blocking`: a slow or
-/// hostile file system must not stall anything else.
-#[derive(Default)]
-struct WorkspaceFiles {
-    instructions: Vec<Instructions>,
-    commands: Vec<SlashCommand>,
-}
 
 /// Tells the reader, when dropped, that a load is over (answered, failed or
 /// panicked), so what waited for it runs.
@@ -114,19 +87,9 @@ impl Server {
             Ok(placement) => placement,
             Err(error) => return self.outbox.respond_err(&id, &error),
         };
-        let session_id: Arc<str> = Arc::from(format!("sess_{}", uuid::Uuid::new_v4().simple()));
-        let choices = options::choices_for(&self.config, &self.config.default_model);
-        let meta = SessionMeta {
-            session_id: session_id.to_string(),
-            cwd: placement.cwd.clone(),
-            additional_directories: placement.additional_directories.clone(),
-            title: None,
-            created_at: placement.created_at.clone(),
-            updated_at: now_rfc3339(),
-            model: Some(choices.model_key.clone()),
-            mode: Some(Mode::Ask.id().to_owned()),
-            thought_level: choices.thought_level.clone(),
-        };
+        let session_id = setup::new_session_id();
+        let choices = setup::choices_for(&self.config, &self.config.default_model);
+        let meta = setup::new_meta(&session_id, &placement, &choices, Mode::Ask);
         // Not on disk until its first prompt reaches the turn loop (see Journal).
         let journal = match &self.store {
             Some(store) => Ok(Journal::lazy(Arc::clone(store), meta)),
@@ -254,16 +217,7 @@ impl Server {
         };
         let mut placement = placement;
         placement.created_at.clone_from(&meta.created_at);
-        let model_key = meta
-            .model
-            .clone()
-            .filter(|key| self.config.models.contains_key(key))
-            .unwrap_or_else(|| self.config.default_model.clone());
-        let mut choices = options::choices_for(&self.config, &model_key);
-        if choices.thought_level.is_some() && meta.thought_level.is_some() {
-            choices.thought_level = meta.thought_level.clone();
-        }
-        let mode = meta.mode.as_deref().and_then(Mode::from_id).unwrap_or(Mode::Ask);
+        let (choices, mode) = setup::restored_choices(&self.config, &meta);
         meta.cwd = placement.cwd.clone();
         meta.additional_directories = placement.additional_directories.clone();
         let journal = match unsaved.filter(|journal| journal.pending_meta().is_some()) {
@@ -293,16 +247,7 @@ impl Server {
         start: Start,
         instructions: &[Instructions],
     ) -> Arc<Session> {
-        let Start { messages, choices, mode, journal } = start;
-        let environment = Environment { cwd: &placement.cwd, os: std::env::consts::OS, date: &Environment::today() };
-        let conversation = Conversation::new(system_prompt(&environment, instructions), messages, journal);
-        let setup = SessionSetup {
-            cwd: placement.cwd,
-            additional_directories: placement.additional_directories,
-            mcp_servers: placement.mcp_servers,
-            created_at: placement.created_at,
-        };
-        let session = Arc::new(Session::new(Arc::clone(&id), setup, conversation, choices, mode, &self.root));
+        let session = setup::open_session(&self.config, Arc::clone(&id), placement, start, instructions, &self.root);
         // Checkpoints live in the session's folder, so they go with it.
         if let Some(store) = self.store.as_ref().filter(|_| session.journal().is_some())
             && let Some(dir) = store.session_dir(&id)
@@ -314,25 +259,13 @@ impl Server {
                 max_bytes,
             )));
         }
-        // Connected in the background: the response does not wait for them.
-        let servers = crate::mcp::merge(placement.mcp, &self.config.mcp_servers);
-        if !servers.is_empty() {
-            let hub = crate::mcp::McpHub::start(
-                servers,
-                self.config.mcp,
-                (session.setup().cwd.clone(), self.launcher(&session)),
-                crate::tools::definitions_with(self.config.tools.fetch),
-                session.lifetime(),
-            );
-            session.set_external_tools(hub);
-        }
         lock(&self.sessions).insert(id, Arc::clone(&session));
         session
     }
 
     /// How the session's processes are started: its environment rule and sandbox.
     fn launcher(&self, session: &Session) -> crate::child::Launcher {
-        crate::child::Launcher::for_session(&self.config.children, &self.config.sandbox, &session.roots())
+        setup::launcher(&self.config, session)
     }
 
     /// Tells the user, once for the session (when it is created or loaded),
@@ -371,20 +304,7 @@ impl Server {
     /// Writes the session's current state to its metadata.
     pub(super) fn save_meta(&self, session: &Session) {
         let Some(journal) = session.journal() else { return };
-        let choices = session.choices();
-        let created_at = session.setup().created_at.clone();
-        let meta = SessionMeta {
-            session_id: session.id().to_string(),
-            cwd: session.setup().cwd.clone(),
-            additional_directories: session.setup().additional_directories.clone(),
-            title: session.title(),
-            created_at,
-            updated_at: now_rfc3339(),
-            model: Some(choices.model_key),
-            mode: Some(session.mode().id().to_owned()),
-            thought_level: choices.thought_level,
-        };
-        journal.save_meta(meta);
+        journal.save_meta(setup::meta_of(session));
     }
 
     /// `session/list`: every saved session's metadata is read in a task,
@@ -580,15 +500,6 @@ fn parse_cursor(cursor: &str) -> Result<ListKey, RpcError> {
         })
 }
 
-/// The project instructions and slash commands for a session in `cwd`.
-/// Blocking: it reads files.
-fn workspace_files(cwd: &std::path::Path, user_dir: Option<&std::path::Path>) -> WorkspaceFiles {
-    if !cwd.is_dir() {
-        tracing::warn!(path = %cwd.display(), "the session's cwd is not an existing directory");
-    }
-    WorkspaceFiles { instructions: project_instructions(cwd, user_dir), commands: commands::available(cwd, user_dir) }
-}
-
 pub(super) fn session_not_found(id: &SessionId) -> RpcError {
     RpcError::new(RESOURCE_NOT_FOUND, format!("Session not found: {id}")).with_data(json!({ "sessionId": id }))
 }
@@ -716,6 +627,15 @@ fn chunk_kind(update: &str) -> Option<ChunkKind> {
         "user_message_chunk" => Some(ChunkKind::User),
         _ => None,
     }
+}
+
+/// A stored session's metadata and the model transcript it continues from
+/// (what `session/resume` starts from; nothing is replayed), for a front end
+/// that shows no replay. Blocking: it reads the log.
+pub fn stored_transcript(store: &Store, id: &str) -> Result<(SessionMeta, Vec<Message>), StoreError> {
+    let mut replayer = Replayer::new(SessionId::new(id), None);
+    let meta = store.read(id, &mut |record| replayer.record(record))?;
+    Ok((meta, replayer.finish()))
 }
 
 /// Consecutive text of one message being merged for the replay.

@@ -19,24 +19,11 @@ use super::updates::SessionEvents;
 use super::{INVALID_PARAMS, RequestId, RpcError, Server, lock, options, parse_params, prompt};
 use crate::agent::{AgentEvent, Compaction, Compactor, EventSink, StopReason, Turn, TurnError, Workspace};
 use crate::checkpoint::RecordingHost;
-use crate::commands::{self, CommandKind};
+use crate::commands::CommandKind;
 use crate::model::{Message, UserPart};
 use crate::session::TurnGuard;
+use crate::setup::{self, Request, derive_title};
 use crate::store::now_rfc3339;
-use crate::tools::ToolLimits;
-
-const INIT_PROMPT: &str = include_str!("../../prompts/init.md");
-
-/// Longest title derived from a prompt, in characters.
-const TITLE_CHARS: usize = 60;
-
-/// What a prompt asks for.
-enum Request {
-    /// A turn with the model.
-    Turn(Vec<UserPart>),
-    /// A built-in command lathe runs itself.
-    Builtin(CommandKind, String),
-}
 
 impl Server {
     pub(super) fn prompt(self: &Arc<Self>, id: RequestId, params: Value) {
@@ -104,41 +91,9 @@ impl Server {
             let info = SessionInfoUpdate::new().title(shown).updated_at(now_rfc3339());
             events.send_unrecorded(SessionUpdate::SessionInfoUpdate(info));
         }
-        match self.classify(&session, parts).await {
+        match setup::classify(&session.setup().cwd, self.config.user_dir.as_deref(), parts).await {
             Request::Turn(parts) => self.run_turn(turn, &events, parts).await,
             Request::Builtin(kind, arguments) => self.run_builtin(turn, &events, kind, &arguments).await,
-        }
-    }
-
-    /// A prompt that is a slash command becomes what the command does. The
-    /// command files are read on a blocking thread: a workspace's files may
-    /// be slow (a network mount), and the turn's task must stay responsive.
-    async fn classify(&self, session: &crate::session::Session, parts: Vec<UserPart>) -> Request {
-        let [UserPart::Text { text }] = parts.as_slice() else { return Request::Turn(parts) };
-        let Some((name, arguments)) = commands::parse_invocation(text) else { return Request::Turn(parts) };
-        let (cwd, user_dir) = (session.setup().cwd.clone(), self.config.user_dir.clone());
-        let available = match tokio::task::spawn_blocking(move || commands::available(&cwd, user_dir.as_deref())).await
-        {
-            Ok(available) => available,
-            Err(err) => {
-                tracing::warn!(%err, "reading the slash commands failed; sending the prompt as it is");
-                return Request::Turn(parts);
-            }
-        };
-        match available.into_iter().find(|command| command.name == name).map(|command| command.kind) {
-            Some(CommandKind::Custom { template }) => {
-                Request::Turn(vec![UserPart::Text { text: commands::expand(&template, arguments) }])
-            }
-            Some(CommandKind::Init) => {
-                let mut text = INIT_PROMPT.trim().to_owned();
-                if !arguments.is_empty() {
-                    text.push_str(&format!("\n\nThe user added: {arguments}"));
-                }
-                Request::Turn(vec![UserPart::Text { text }])
-            }
-            Some(kind) => Request::Builtin(kind, arguments.to_owned()),
-            // Not a command lathe knows (a path, say): an ordinary prompt.
-            None => Request::Turn(parts),
         }
     }
 
@@ -159,19 +114,7 @@ impl Server {
         lock(session.policy()).set_confinement(launcher.confinement());
         let host = ClientHost::new(self.outbox.clone(), session_id.clone(), &capabilities, launcher);
         let approver = ClientApprover { outbox: self.outbox.clone(), session_id };
-        let network = &self.config.network;
-        let defaults = ToolLimits::default();
-        // A page's text fits in what the history keeps of a tool result (with
-        // room for fetch's header lines), so its head is kept whole.
-        let page_room = self.config.context.max_tool_output_bytes.saturating_sub(1024).max(512);
-        let limits = ToolLimits {
-            fetch_default_bytes: defaults.fetch_default_bytes.min(page_room),
-            fetch_max_bytes: defaults.fetch_max_bytes.min(page_room),
-            fetch_connect_timeout: network.connect_timeout,
-            fetch_timeout: network.response_timeout,
-            fetch_idle_timeout: network.stream_idle_timeout,
-            ..defaults
-        };
+        let limits = setup::tool_limits(&self.config);
         let external = session.external_tools();
         // The turn's changes to files are checkpointed (`/undo`) when the session keeps checkpoints.
         let checkpoints = session.checkpoints().cloned();
@@ -330,40 +273,4 @@ fn prompt_text(parts: &[UserPart]) -> String {
         })
         .collect::<Vec<_>>()
         .join("\n")
-}
-
-/// A title from the first prompt: its first non-empty line, cut at a word
-/// boundary.
-fn derive_title(parts: &[UserPart]) -> Option<String> {
-    let text = parts.iter().find_map(|part| match part {
-        UserPart::Text { text } => text.lines().map(str::trim).find(|line| !line.is_empty()),
-        UserPart::Image { .. } => None,
-    })?;
-    if text.chars().count() <= TITLE_CHARS {
-        return Some(text.to_owned());
-    }
-    let cut: String = text.chars().take(TITLE_CHARS).collect();
-    let cut = match cut.rfind(' ') {
-        Some(at) if at > TITLE_CHARS / 2 => &cut[..at],
-        _ => &cut,
-    };
-    Some(format!("{}…", cut.trim_end()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn text(t: &str) -> Vec<UserPart> {
-        vec![UserPart::Text { text: t.into() }]
-    }
-
-    #[test]
-    fn titles() {
-        assert_eq!(derive_title(&text("\n  Fix the parser bug  \nmore")), Some("Fix the parser bug".into()));
-        let long = "Please refactor the configuration loader so that it reports every error with its line number";
-        let title = derive_title(&text(long)).unwrap();
-        assert!(title.ends_with('…') && title.chars().count() <= TITLE_CHARS + 1, "{title}");
-        assert_eq!(derive_title(&[]), None);
-    }
 }

@@ -101,6 +101,20 @@ impl EventSink for SessionEvents {
     }
 }
 
+/// Records one update of session `session_id` in `journal` the way
+/// [`SessionEvents`] does, for a front end that shows it some other way
+/// (the terminal's): streamed text as a chunk, anything else as the line an
+/// editor would have been sent.
+pub fn record(journal: &Journal, session_id: &SessionId, update: SessionUpdate) {
+    match streamed_text(&update) {
+        Some(chunk) => journal.record_chunk(chunk),
+        None => match encode_notification("session/update", &SessionNotification::new(session_id.clone(), update)) {
+            Ok(line) => journal.record_update_line(line),
+            Err(err) => tracing::error!(%err, "cannot encode a session update"),
+        },
+    }
+}
+
 /// A message chunk of plain text (what streaming sends), as the journal
 /// keeps it; `None` for anything else, which is recorded as sent.
 fn streamed_text(update: &SessionUpdate) -> Option<Chunk> {

@@ -243,6 +243,11 @@ pub fn markdown(stored: &StoredSession) -> String {
                 }
                 text.push_str("\n---\n");
             }
+            Record::Rewind(keep) => {
+                text.push_str(&format!(
+                    "\n---\n\n*`/undo` took the conversation back here: the model went on from its first {keep} messages.*\n\n---\n"
+                ));
+            }
             Record::Update(_) | Record::Chunk(_) => {}
         }
     }

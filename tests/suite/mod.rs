@@ -80,6 +80,8 @@ mod retries;
 mod sandbox;
 mod sessions;
 mod sse_split;
+mod term_chat;
+mod term_exec;
 mod text_formats;
 mod tools;
 mod trace;

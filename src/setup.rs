@@ -1,0 +1,285 @@
+//! Session set-up that every front end shares (the editor's, [`crate::acp`],
+//! and the terminal's, [`crate::term`]): a session opened with its system
+//! prompt, history, journal and MCP servers; its metadata; what a prompt asks for (a turn or a built-in
+//! command); the title it gives a session; the limits its tools run under.
+//! (The transcript a stored session continues from is read with its replay,
+//! in [`crate::acp::stored_transcript`].)
+//!
+//! It knows the engine (sessions, the store, prompts, commands) and nothing
+//! of any front end: no ACP types, no terminal.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::commands::{self, CommandKind, SlashCommand};
+use crate::config::{Config, ConfigSource};
+use crate::model::{Message, ModelClient, ModelError, UserPart};
+use crate::permission::Mode;
+use crate::prompt::{Environment, Instructions, project_instructions, system_prompt};
+use crate::session::{Choices, Conversation, Journal, Session, SessionSetup};
+use crate::store::{SessionMeta, now_rfc3339};
+use crate::tools::ToolLimits;
+
+const INIT_PROMPT: &str = include_str!("../prompts/init.md");
+
+/// Longest title derived from a prompt, in characters.
+pub const TITLE_CHARS: usize = 60;
+
+/// Where a session works and what it was given.
+pub struct Placement {
+    /// The working directory, absolute and normalized.
+    pub cwd: PathBuf,
+    /// Further roots, absolute and normalized.
+    pub additional_directories: Vec<PathBuf>,
+    /// The MCP servers the client passed, as sent (kept in the metadata).
+    pub mcp_servers: Vec<Value>,
+    /// The same servers, in the shape the `mcp` module connects to.
+    pub mcp: Vec<crate::config::McpServer>,
+    /// When the session was first created: now for a new one.
+    pub created_at: String,
+}
+
+/// What a session starts from: nothing for a new one, its log for a loaded one.
+pub struct Start {
+    /// The model transcript.
+    pub messages: Vec<Message>,
+    /// Model and reasoning effort.
+    pub choices: Choices,
+    /// The permission mode.
+    pub mode: Mode,
+    /// Where its records go, if it is saved.
+    pub journal: Option<Journal>,
+}
+
+/// What a session reads from its workspace when it is set up: the project
+/// instructions and the slash commands. Blocking to read: callers use
+/// `spawn_blocking` (a slow or hostile file system must not stall anything else).
+#[derive(Default)]
+pub struct WorkspaceFiles {
+    /// AGENTS.md and the like.
+    pub instructions: Vec<Instructions>,
+    /// Built-in, project and user slash commands.
+    pub commands: Vec<SlashCommand>,
+}
+
+/// The project instructions and slash commands for a session in `cwd`.
+/// Blocking: it reads files.
+pub fn workspace_files(cwd: &Path, user_dir: Option<&Path>) -> WorkspaceFiles {
+    if !cwd.is_dir() {
+        tracing::warn!(path = %cwd.display(), "the session's cwd is not an existing directory");
+    }
+    WorkspaceFiles { instructions: project_instructions(cwd, user_dir), commands: commands::available(cwd, user_dir) }
+}
+
+/// A fresh session id.
+pub fn new_session_id() -> Arc<str> {
+    Arc::from(format!("sess_{}", uuid::Uuid::new_v4().simple()))
+}
+
+/// The model and reasoning effort a session on model `key` starts with.
+pub fn choices_for(config: &Config, key: &str) -> Choices {
+    let thought_level = config.models.get(key).and_then(|m| m.reasoning_effort.clone());
+    Choices { model_key: key.to_owned(), thought_level }
+}
+
+/// The metadata of a session about to be created.
+pub fn new_meta(session_id: &str, placement: &Placement, choices: &Choices, mode: Mode) -> SessionMeta {
+    SessionMeta {
+        session_id: session_id.to_owned(),
+        cwd: placement.cwd.clone(),
+        additional_directories: placement.additional_directories.clone(),
+        title: None,
+        created_at: placement.created_at.clone(),
+        updated_at: now_rfc3339(),
+        model: Some(choices.model_key.clone()),
+        mode: Some(mode.id().to_owned()),
+        thought_level: choices.thought_level.clone(),
+    }
+}
+
+/// A session's metadata as it stands now.
+pub fn meta_of(session: &Session) -> SessionMeta {
+    let choices = session.choices();
+    SessionMeta {
+        session_id: session.id().to_string(),
+        cwd: session.setup().cwd.clone(),
+        additional_directories: session.setup().additional_directories.clone(),
+        title: session.title(),
+        created_at: session.setup().created_at.clone(),
+        updated_at: now_rfc3339(),
+        model: Some(choices.model_key),
+        mode: Some(session.mode().id().to_owned()),
+        thought_level: choices.thought_level,
+    }
+}
+
+/// The model, reasoning effort and mode a stored session goes on with: its
+/// own where they are still configured, the defaults otherwise.
+pub fn restored_choices(config: &Config, meta: &SessionMeta) -> (Choices, Mode) {
+    let model_key = meta
+        .model
+        .clone()
+        .filter(|key| config.models.contains_key(key))
+        .unwrap_or_else(|| config.default_model.clone());
+    let mut choices = choices_for(config, &model_key);
+    if choices.thought_level.is_some() && meta.thought_level.is_some() {
+        choices.thought_level = meta.thought_level.clone();
+    }
+    let mode = meta.mode.as_deref().and_then(Mode::from_id).unwrap_or(Mode::Ask);
+    (choices, mode)
+}
+
+/// Builds a session: its system prompt from the workspace `instructions`, its
+/// history, and its MCP servers (connected in the background). Its token is a
+/// child of `root`.
+pub fn open_session(
+    config: &Config,
+    id: Arc<str>,
+    placement: Placement,
+    start: Start,
+    instructions: &[Instructions],
+    root: &CancellationToken,
+) -> Arc<Session> {
+    let Start { messages, choices, mode, journal } = start;
+    let environment = Environment { cwd: &placement.cwd, os: std::env::consts::OS, date: &Environment::today() };
+    let conversation = Conversation::new(system_prompt(&environment, instructions), messages, journal);
+    let setup = SessionSetup {
+        cwd: placement.cwd,
+        additional_directories: placement.additional_directories,
+        mcp_servers: placement.mcp_servers,
+        created_at: placement.created_at,
+    };
+    let session = Arc::new(Session::new(id, setup, conversation, choices, mode, root));
+    let servers = crate::mcp::merge(placement.mcp, &config.mcp_servers);
+    if !servers.is_empty() {
+        let hub = crate::mcp::McpHub::start(
+            servers,
+            config.mcp,
+            (session.setup().cwd.clone(), launcher(config, &session)),
+            crate::tools::definitions_with(config.tools.fetch),
+            session.lifetime(),
+        );
+        session.set_external_tools(hub);
+    }
+    session
+}
+
+/// How the session's processes are started: its environment rule and sandbox.
+pub fn launcher(config: &Config, session: &Session) -> crate::child::Launcher {
+    crate::child::Launcher::for_session(&config.children, &config.sandbox, &session.roots())
+}
+
+/// A client for configured model `key` with reasoning effort `thought_level`.
+pub fn model_client(config: &Config, key: &str, thought_level: Option<&str>) -> Result<ModelClient, ModelError> {
+    if config.source == ConfigSource::Unconfigured {
+        return Err(ModelError::NotConfigured(
+            "no model is configured: create ~/.config/lathe/config.toml (see config.example.toml) or set OPENAI_API_KEY / OPENAI_BASE_URL"
+                .to_owned(),
+        ));
+    }
+    let model = config
+        .models
+        .get(key)
+        .ok_or_else(|| ModelError::NotConfigured(format!("the model \"{key}\" is not configured")))?;
+    let mut model = model.clone();
+    if thought_level.is_some() {
+        model.reasoning_effort = thought_level.map(str::to_owned);
+    }
+    ModelClient::new(Arc::new(model), &config.network)
+}
+
+/// The limits a turn's tools run under.
+pub fn tool_limits(config: &Config) -> ToolLimits {
+    let network = &config.network;
+    let defaults = ToolLimits::default();
+    // A page's text fits in what the history keeps of a tool result (with
+    // room for fetch's header lines), so its head is kept whole.
+    let page_room = config.context.max_tool_output_bytes.saturating_sub(1024).max(512);
+    ToolLimits {
+        fetch_default_bytes: defaults.fetch_default_bytes.min(page_room),
+        fetch_max_bytes: defaults.fetch_max_bytes.min(page_room),
+        fetch_connect_timeout: network.connect_timeout,
+        fetch_timeout: network.response_timeout,
+        fetch_idle_timeout: network.stream_idle_timeout,
+        ..defaults
+    }
+}
+
+/// What a prompt asks for.
+pub enum Request {
+    /// A turn with the model.
+    Turn(Vec<UserPart>),
+    /// A built-in command lathe answers itself (`/compact`, `/clear`,
+    /// `/model`, `/mode`), with its arguments.
+    Builtin(CommandKind, String),
+}
+
+/// A prompt that is a slash command becomes what the command does. The
+/// command files are read on a blocking thread: a workspace's files may be
+/// slow (a network mount), and the turn's task must stay responsive.
+pub async fn classify(cwd: &Path, user_dir: Option<&Path>, parts: Vec<UserPart>) -> Request {
+    let [UserPart::Text { text }] = parts.as_slice() else { return Request::Turn(parts) };
+    let Some((name, arguments)) = commands::parse_invocation(text) else { return Request::Turn(parts) };
+    let (cwd, user_dir) = (cwd.to_path_buf(), user_dir.map(Path::to_path_buf));
+    let available = match tokio::task::spawn_blocking(move || commands::available(&cwd, user_dir.as_deref())).await {
+        Ok(available) => available,
+        Err(err) => {
+            tracing::warn!(%err, "reading the slash commands failed; sending the prompt as it is");
+            return Request::Turn(parts);
+        }
+    };
+    match available.into_iter().find(|command| command.name == name).map(|command| command.kind) {
+        Some(CommandKind::Custom { template }) => {
+            Request::Turn(vec![UserPart::Text { text: commands::expand(&template, arguments) }])
+        }
+        Some(CommandKind::Init) => {
+            let mut text = INIT_PROMPT.trim().to_owned();
+            if !arguments.is_empty() {
+                text.push_str(&format!("\n\nThe user added: {arguments}"));
+            }
+            Request::Turn(vec![UserPart::Text { text }])
+        }
+        Some(kind) => Request::Builtin(kind, arguments.to_owned()),
+        // Not a command lathe knows (a path, say): an ordinary prompt.
+        None => Request::Turn(parts),
+    }
+}
+
+/// A title from the first prompt: its first non-empty line, cut at a word
+/// boundary.
+pub fn derive_title(parts: &[UserPart]) -> Option<String> {
+    let text = parts.iter().find_map(|part| match part {
+        UserPart::Text { text } => text.lines().map(str::trim).find(|line| !line.is_empty()),
+        UserPart::Image { .. } => None,
+    })?;
+    if text.chars().count() <= TITLE_CHARS {
+        return Some(text.to_owned());
+    }
+    let cut: String = text.chars().take(TITLE_CHARS).collect();
+    let cut = match cut.rfind(' ') {
+        Some(at) if at > TITLE_CHARS / 2 => &cut[..at],
+        _ => &cut,
+    };
+    Some(format!("{}…", cut.trim_end()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(t: &str) -> Vec<UserPart> {
+        vec![UserPart::Text { text: t.into() }]
+    }
+
+    #[test]
+    fn titles() {
+        assert_eq!(derive_title(&text("\n  Fix the parser bug  \nmore")), Some("Fix the parser bug".into()));
+        let long = "Please refactor the configuration loader so that it reports every error with its line number";
+        let title = derive_title(&text(long)).unwrap();
+        assert!(title.ends_with('…') && title.chars().count() <= TITLE_CHARS + 1, "{title}");
+        assert_eq!(derive_title(&[]), None);
+    }
+}

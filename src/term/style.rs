@@ -1,0 +1,127 @@
+//! Colour on the terminal: only where the stream is a terminal and
+//! `NO_COLOR` is not set (<https://no-color.org>). Everything shown from the
+//! model, the workspace or a tool passes through [`crate::acp::updates::shown`]
+//! first, so no escape sequence of theirs reaches the screen.
+
+use std::io::{IsTerminal, Write};
+
+use crossterm::style::{Color, Stylize};
+
+/// Whether to colour what goes to one stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Paint {
+    colour: bool,
+}
+
+/// Whether `NO_COLOR` asks for no colour (set and not empty).
+fn no_color() -> bool {
+    std::env::var_os("NO_COLOR").is_some_and(|value| !value.is_empty())
+}
+
+impl Paint {
+    /// For stderr.
+    pub fn stderr() -> Paint {
+        Paint { colour: std::io::stderr().is_terminal() && !no_color() }
+    }
+
+    /// For stdout.
+    pub fn stdout() -> Paint {
+        Paint { colour: std::io::stdout().is_terminal() && !no_color() }
+    }
+
+    /// Whether colour is on.
+    pub fn on(self) -> bool {
+        self.colour
+    }
+
+    fn with(self, text: &str, style: impl FnOnce(&str) -> String) -> String {
+        if self.colour { style(text) } else { text.to_owned() }
+    }
+
+    /// Less important: reasoning, results.
+    pub fn dim(self, text: &str) -> String {
+        self.with(text, |t| t.dim().to_string())
+    }
+
+    /// Emphasis: tool titles, questions.
+    pub fn bold(self, text: &str) -> String {
+        self.with(text, |t| t.bold().to_string())
+    }
+
+    /// Failures and removed lines.
+    pub fn red(self, text: &str) -> String {
+        self.with(text, |t| t.with(Color::Red).to_string())
+    }
+
+    /// Success and added lines.
+    pub fn green(self, text: &str) -> String {
+        self.with(text, |t| t.with(Color::Green).to_string())
+    }
+
+    /// Warnings and hunk headers.
+    pub fn yellow(self, text: &str) -> String {
+        self.with(text, |t| t.with(Color::Yellow).to_string())
+    }
+
+    /// Keys to press.
+    pub fn cyan(self, text: &str) -> String {
+        self.with(text, |t| t.with(Color::Cyan).to_string())
+    }
+}
+
+/// Writes one line to stderr, ignoring a closed stream (nothing to tell then).
+pub fn err_line(line: &str) {
+    let mut stderr = std::io::stderr().lock();
+    let _ = writeln!(stderr, "{line}");
+    let _ = stderr.flush();
+}
+
+/// A warning line on stderr.
+pub fn warn_line(text: &str) {
+    let paint = Paint::stderr();
+    err_line(&format!("{} {text}", paint.yellow("lathe:")));
+}
+
+/// A unified diff of `old` -> `new` for `path`, coloured when `paint` is on,
+/// at most `max_lines` lines (a note says how many more there were).
+pub fn diff(paint: Paint, path: &str, old: Option<&str>, new: &str, max_lines: usize) -> String {
+    let old = old.unwrap_or("");
+    let diff = similar::TextDiff::from_lines(old, new);
+    let unified = diff.unified_diff().context_radius(3).header(path, path).to_string();
+    let mut out = String::new();
+    let lines: Vec<&str> = unified.lines().collect();
+    for line in lines.iter().take(max_lines) {
+        let shown = crate::acp::updates::shown(line, crate::acp::updates::Lines::One);
+        let coloured = if line.starts_with("+++") || line.starts_with("---") {
+            paint.bold(&shown)
+        } else if line.starts_with('+') {
+            paint.green(&shown)
+        } else if line.starts_with('-') {
+            paint.red(&shown)
+        } else if line.starts_with("@@") {
+            paint.cyan(&shown)
+        } else {
+            shown.into_owned()
+        };
+        out.push_str(&coloured);
+        out.push('\n');
+    }
+    if lines.len() > max_lines {
+        out.push_str(&paint.dim(&format!("… {} more lines\n", lines.len() - max_lines)));
+    }
+    out
+}
+
+/// Lines added and removed between `old` and `new`.
+pub fn diff_stat(old: Option<&str>, new: &str) -> (usize, usize) {
+    let diff = similar::TextDiff::from_lines(old.unwrap_or(""), new);
+    let (mut added, mut removed) = (0, 0);
+    for change in diff.iter_all_changes() {
+        match change.tag() {
+            similar::ChangeTag::Insert => added += 1,
+            similar::ChangeTag::Delete => removed += 1,
+            similar::ChangeTag::Equal => {}
+        }
+    }
+    (added, removed)
+}

@@ -1,0 +1,149 @@
+//! `lathe chat` (issue 13) driven through a pseudo-terminal: a prompt
+//! streamed and rendered as Markdown, a permission answered by one key,
+//! Ctrl-C cancelling a running shell command, Ctrl-D quitting with 0, and a
+//! clear refusal without a terminal.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use expectrl::process::unix::WaitStatus;
+use expectrl::{ControlCode, Expect, Session};
+use serde_json::json;
+
+use super::term_exec::{Term, dead, dies, sleeper, wait_for_pid};
+use crate::support::mock_openai::{text_reply, tool_call_reply};
+
+type Pty = expectrl::session::OsSession;
+
+/// `lathe chat <args>` on a pseudo-terminal of its own.
+fn spawn_chat(term: &Term, args: &[&str]) -> Pty {
+    let mut command = term.std_command(&[&["chat"], args].concat());
+    command.env("TERM", "xterm-256color");
+    let mut pty = Session::spawn(command).expect("spawn lathe chat on a pty");
+    pty.set_expect_timeout(Some(Duration::from_secs(30)));
+    pty.expect("lathe chat").expect("the banner");
+    pty
+}
+
+/// Waits for the prompt of the line editor.
+fn prompt(pty: &mut Pty) {
+    pty.expect("› ").expect("the line editor's prompt");
+}
+
+/// Ctrl-D at the prompt: lathe exits 0.
+fn quit(pty: &mut Pty) {
+    pty.send(ControlCode::EndOfTransmission).unwrap();
+    let status = pty.get_process().wait().unwrap();
+    assert!(matches!(status, WaitStatus::Exited(_, 0)), "{status:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_is_streamed_and_rendered_and_ctrl_d_quits() {
+    let term = Term::start("").await;
+    term.mock.push(text_reply("Here is **very bold** text.\n\n- first item\n- second item\n"));
+    let pty = tokio::task::spawn_blocking(move || {
+        let mut pty = spawn_chat(&term, &[]);
+        prompt(&mut pty);
+        pty.send_line("explain it").unwrap();
+        let seen = pty.expect("second item").unwrap();
+        let shown = String::from_utf8_lossy(seen.before()).into_owned();
+        assert!(shown.contains("very bold"), "{shown:?}");
+        assert!(shown.contains("thinking…"), "a spinner while waiting for the first token: {shown:?}");
+        assert!(!shown.contains("**very bold**"), "the Markdown was rendered, not printed: {shown:?}");
+        assert!(!shown.contains("- first item"), "list items are rendered as bullets: {shown:?}");
+        prompt(&mut pty);
+        quit(&mut pty);
+        let requests = term.mock.chat_requests();
+        assert_eq!(requests.len(), 1);
+        // The history file keeps what was typed.
+        let history = term.home.path().join(".local/share/lathe/chat_history");
+        assert!(std::fs::read_to_string(history).unwrap().contains("explain it"));
+        term
+    });
+    pty.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permission_is_answered_by_one_key() {
+    let term = Term::start("").await;
+    term.mock.push(tool_call_reply(&[("call_w", "write_file", json!({"path": "new.txt", "content": "fresh\n"}))]));
+    term.mock.push(text_reply("Written."));
+    tokio::task::spawn_blocking(move || {
+        let mut pty = spawn_chat(&term, &[]);
+        prompt(&mut pty);
+        pty.send_line("make new.txt").unwrap();
+        let question = pty.expect("[n]").unwrap();
+        let shown = String::from_utf8_lossy(question.before()).into_owned();
+        assert!(shown.contains("+fresh"), "the diff is shown before the question: {shown:?}");
+        assert!(!term.project.join("new.txt").exists(), "nothing written before the answer");
+        pty.send("y").unwrap();
+        pty.expect("Written.").unwrap();
+        prompt(&mut pty);
+        assert_eq!(std::fs::read_to_string(term.project.join("new.txt")).unwrap(), "fresh\n");
+        quit(&mut pty);
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_cancels_a_running_shell_command() {
+    let term = Term::start("").await;
+    term.mock.push(sleeper("call_sleep"));
+    let runtime = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || {
+        let mut pty = spawn_chat(&term, &["--mode", "full-auto"]);
+        prompt(&mut pty);
+        pty.send_line("build it").unwrap();
+        let pid = runtime.block_on(wait_for_pid(&term.project.join("sleeper.pid")));
+        assert!(!dead(pid));
+        pty.send(ControlCode::EndOfText).unwrap();
+        pty.expect("cancelled").unwrap();
+        assert!(runtime.block_on(dies(pid)), "the shell command was killed");
+        prompt(&mut pty);
+        // The session goes on: the next prompt reaches the model with the interrupted turn.
+        term.mock.push(text_reply("Fine."));
+        pty.send_line("never mind").unwrap();
+        pty.expect("Fine.").unwrap();
+        prompt(&mut pty);
+        quit(&mut pty);
+        let requests = term.mock.chat_requests();
+        assert_eq!(requests.len(), 2);
+        let result = crate::support::mock_openai::tool_result(&requests[1].body, "call_sleep");
+        assert!(result.to_lowercase().contains("cancel"), "{result}");
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slash_commands_complete_with_tab_and_run_without_the_model() {
+    let term = Term::start("").await;
+    tokio::task::spawn_blocking(move || {
+        let mut pty = spawn_chat(&term, &[]);
+        prompt(&mut pty);
+        // Tab completes `/mod` as far as `/mode`; a second Tab lists `/mode` and `/model`.
+        pty.send("/mod\t\t").unwrap();
+        pty.expect("/model - ").unwrap();
+        pty.send(" read-only\r").unwrap();
+        pty.expect("Switched to Read only mode").unwrap();
+        prompt(&mut pty);
+        pty.send("/cle\t\r").unwrap();
+        pty.expect("Started a fresh conversation").unwrap();
+        prompt(&mut pty);
+        quit(&mut pty);
+        assert!(term.mock.chat_requests().is_empty(), "built-in commands reach no model");
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_refuses_without_a_terminal_and_points_at_exec() {
+    let term = Term::start("").await;
+    let output = term.std_command(&["chat"]).stdin(Stdio::null()).stdout(Stdio::piped()).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("terminal") && stderr.contains("lathe exec"), "{stderr}");
+    assert!(term.mock.chat_requests().is_empty());
+}
