@@ -34,13 +34,13 @@ use crate::sync::lock;
 
 /// Where a session's records go on disk.
 ///
-/// A new session is not on disk until its conversation gets its first
-/// message (the first prompt handed to the turn loop): a session created
-/// and closed, or left when the process ends, without a prompt leaves
-/// nothing behind. Until then the journal keeps the session's metadata and
-/// the updates sent so far in memory ([`Journal::lazy`]); the first message
-/// queues the session's creation, those updates, then the message, in that
-/// order on the store's writer.
+/// A new session is not on disk until the model has answered in it (its
+/// first message other than a prompt): a session created and closed, or
+/// left when the process ends, without a prompt that reached the model
+/// leaves nothing behind. Until then the journal keeps the session's
+/// metadata, the updates sent so far and the prompts in memory
+/// ([`Journal::lazy`]); the first answer queues the session's creation,
+/// those records, then the answer, in that order on the store's writer.
 #[derive(Debug, Clone)]
 pub struct Journal {
     store: Arc<Store>,
@@ -64,6 +64,9 @@ enum Early {
     Line(Vec<u8>),
     /// Streamed text (the prompt's own chunks come before its message).
     Chunk(crate::store::Chunk),
+    /// A prompt, or the empty interrupted answer that closes a turn the
+    /// model never answered, kept until the model answers.
+    Held(Record),
 }
 
 /// Most updates kept for a session not on disk yet (the slash commands, a
@@ -93,14 +96,36 @@ impl Journal {
         self.pending().as_ref().map(|pending| pending.meta.clone())
     }
 
-    /// Appends one record. A message (or a reset to some messages) puts a
-    /// new session on disk first.
+    /// Appends one record. A message from the model or a tool (or a reset
+    /// to some messages) puts a new session on disk first; a prompt the
+    /// model has not answered yet is held with the other early records, so
+    /// a session whose prompt never reached the model (a dead endpoint, a
+    /// cancel before the first request) leaves nothing behind.
     pub fn record(&self, record: &Record) {
         match record {
+            Record::Message(message) if !answered(message) => {
+                if let Some(pending) = self.pending().as_mut() {
+                    // Never dropped, unlike updates: this is conversation.
+                    pending.updates.push(Early::Held(record.clone()));
+                    return;
+                }
+            }
             Record::Message(_) => self.materialize(),
-            // `/clear` before any prompt: there is nothing to keep, nor to save it for.
-            Record::Reset(messages) if messages.is_empty() && self.pending().is_some() => return,
-            Record::Reset(_) | Record::Rewind(_) => self.materialize(),
+            Record::Reset(messages) => {
+                let mut pending = self.pending();
+                if let Some(pending) = pending.as_mut() {
+                    // The held prompts are what the reset replaces.
+                    pending.updates.retain(|early| !matches!(early, Early::Held(_)));
+                    // `/clear` (or a failed first turn taken back) before
+                    // anything was kept: there is nothing to save.
+                    if messages.is_empty() {
+                        return;
+                    }
+                }
+                drop(pending);
+                self.materialize();
+            }
+            Record::Rewind(_) => self.materialize(),
             Record::Update(line) => {
                 let mut pending = self.pending();
                 if let Some(pending) = pending.as_mut() {
@@ -164,6 +189,7 @@ impl Journal {
             match early {
                 Early::Line(line) => self.store.append_raw_update(&self.session_id, line),
                 Early::Chunk(chunk) => self.store.append_chunk(&self.session_id, chunk),
+                Early::Held(record) => self.store.append(&self.session_id, &record),
             }
         }
         drop(pending);
@@ -182,6 +208,18 @@ impl Journal {
     /// The store.
     pub fn store(&self) -> &Arc<Store> {
         &self.store
+    }
+}
+
+/// Whether `message` shows the model answered: anything but a prompt and
+/// the empty interrupted answer a failed or cancelled turn ends with.
+fn answered(message: &Message) -> bool {
+    match message {
+        Message::User { .. } => false,
+        Message::Assistant { text, reasoning, tool_calls, interrupted, .. } => {
+            !(*interrupted && text.is_empty() && reasoning.is_empty() && tool_calls.is_empty())
+        }
+        Message::Tool { .. } => true,
     }
 }
 

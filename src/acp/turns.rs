@@ -151,7 +151,11 @@ impl Server {
             context: &self.config.context,
         };
         let result = runner.run(turn.conversation(), parts).await;
-        if let Some(checkpoints) = checkpoints {
+        // A session still only in memory had no answer from the model, so
+        // nothing of the turn ran: its checkpoint is dropped unsaved, and the
+        // session leaves nothing on disk (issue 13).
+        let unsaved = session.journal().is_some_and(|journal| journal.pending_meta().is_some());
+        if let Some(checkpoints) = checkpoints.filter(|checkpoints| !(unsaved && checkpoints.abandon_turn())) {
             let messages = turn.conversation().messages();
             let rewindable = messages.get(messages_before) == Some(&user);
             let messages_after = messages.len();

@@ -128,10 +128,11 @@ async fn the_binary_lists_and_shows() {
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no stored session sess_nope"));
 }
 
-/// A session whose prompt never reached the turn loop is not kept: closed,
-/// or left when lathe exits, it leaves no folder. Until then it is a
-/// session like any other in this process: listed, and loadable right
-/// after `session/new`. A prompted one is kept.
+/// A session whose prompt never reached a model is not kept (issue 13):
+/// closed, or left when lathe exits, it leaves no folder, and neither does
+/// one whose only prompt the endpoint refused. Until then it is a session
+/// like any other in this process: listed, and loadable right after
+/// `session/new`. One the model answered is kept.
 #[tokio::test]
 async fn a_session_never_prompted_leaves_nothing() {
     let mut h = Harness::start().await;
@@ -140,10 +141,18 @@ async fn a_session_never_prompted_leaves_nothing() {
     let id = h.agent.request("session/new", serde_json::json!({"cwd": h.project, "mcpServers": []})).await;
     let left = h.agent.response(id).await.1["result"]["sessionId"].as_str().unwrap().to_owned();
     let kept = prompted_session_in(&mut h, "Keep me", "Kept.").await;
+    let refused = h.session().await;
+    h.mock.push(crate::support::mock_openai::Reply::error(401, "invalid api key"));
+    let id = prompt(&mut h.agent, &refused, "Nobody will read this").await;
+    let (_, response) = h.agent.response(id).await;
+    assert!(response.get("error").is_some(), "the refused request fails the prompt: {response}");
 
-    let id = h.agent.request("session/close", serde_json::json!({"sessionId": closed})).await;
-    assert_eq!(h.agent.response(id).await.1["result"], serde_json::json!({}));
+    for session in [&closed, &refused] {
+        let id = h.agent.request("session/close", serde_json::json!({"sessionId": session})).await;
+        assert_eq!(h.agent.response(id).await.1["result"], serde_json::json!({}));
+    }
     assert!(!sessions_dir.join(&closed).exists(), "closed without a prompt: nothing on disk");
+    assert!(!sessions_dir.join(&refused).exists(), "its prompt never reached a model: nothing on disk");
 
     // Still open: listed, and loadable in this process (ACP's new then load).
     let id = h.agent.request("session/list", serde_json::json!({})).await;
@@ -151,7 +160,7 @@ async fn a_session_never_prompted_leaves_nothing() {
     let listed: Vec<&str> =
         listed["result"]["sessions"].as_array().unwrap().iter().map(|s| s["sessionId"].as_str().unwrap()).collect();
     assert!(listed.contains(&left.as_str()) && listed.contains(&kept.as_str()), "{listed:?}");
-    assert!(!listed.contains(&closed.as_str()), "{listed:?}");
+    assert!(!listed.contains(&closed.as_str()) && !listed.contains(&refused.as_str()), "{listed:?}");
     let params = serde_json::json!({"sessionId": left, "cwd": h.project, "mcpServers": []});
     let id = h.agent.request("session/load", params).await;
     let (_, loaded) = h.agent.response(id).await;
