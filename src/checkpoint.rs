@@ -41,13 +41,17 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write as _;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::fs_guard::{Found, GuardError, Target};
 use crate::model::Message;
+
+/// Why `/undo` left a file alone that was changed after the turn (the
+/// reply's `--force` hint is given for this reason only).
+pub const CHANGED_SINCE: &str = "it changed since the turn";
 
 /// Largest file checkpointed (before or after a turn).
 pub const MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
@@ -264,7 +268,7 @@ impl Checkpoints {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::lock(&self.state)
     }
 
     fn file_cap(&self) -> u64 {
@@ -611,6 +615,19 @@ impl Checkpoints {
         self.save_or_warn(&state);
     }
 
+    /// The turn being recorded ends without a trace, when it changed no
+    /// file (a turn the model never answered); whether it was dropped.
+    pub fn abandon_turn(&self) -> bool {
+        let mut state = self.lock();
+        let index = self.index(&mut state);
+        if index.recording.as_ref().is_some_and(|record| record.files.is_empty()) {
+            index.recording = None;
+            state.before_command = None;
+            return true;
+        }
+        false
+    }
+
     /// Drops what the cap does not allow, oldest first, then deletes the
     /// saved contents nothing refers to.
     fn enforce_cap(&self, state: &mut State) {
@@ -769,7 +786,7 @@ impl Checkpoints {
         let current = self.read_current(path).map_err(|why| format!("left alone: {why}"))?;
         let current_hash = current.as_ref().map(|bytes| hex(&Sha256::digest(bytes)));
         if !force && current_hash != from.map(|blob| blob.sha256.clone()) {
-            return Err("left alone: it changed since the turn (`/undo --force` restores it anyway)".to_owned());
+            return Err(format!("left alone: {CHANGED_SINCE} (`/undo --force` restores it anyway)"));
         }
         let wanted = match to {
             Some(blob) => Some(self.load(blob).map_err(|err| format!("not restored: {err}"))?),

@@ -86,9 +86,11 @@ impl Server {
                  what it did.",
             );
         }
-        if !outcome.left.is_empty() && !force {
+        let changed_since = outcome.left.iter().any(|(_, why)| why.contains(checkpoint::CHANGED_SINCE));
+        if changed_since && !force {
             reply.push_str(
-                " Files changed since the turn were left alone. To restore them as well, losing those changes:                  `/redo`, then `/undo --force`.",
+                " Files changed since the turn were left alone. To restore them as well, losing those changes: \
+                 `/redo`, then `/undo --force`.",
             );
         }
         reply

@@ -386,3 +386,42 @@ async fn the_storage_cap_drops_the_oldest_turns() {
 fn checkpoint_dir(h: &Harness, session: &str) -> std::path::PathBuf {
     h.home.path().join(".local/share/lathe/sessions").join(session).join("checkpoints")
 }
+
+/// A file over the 10 MiB cap is not checkpointed, and `/undo` names it and
+/// says why while it puts the rest back; the checkpoints are deleted with
+/// their session (issue 18's limits).
+#[tokio::test]
+async fn undo_names_a_file_too_large_to_save_and_checkpoints_go_with_the_session() {
+    let mut h = Harness::start().await;
+    let big = h.project.join("big.bin");
+    let big_len: u64 = 11 << 20;
+    std::fs::write(&big, vec![b'a'; 11 << 20]).unwrap();
+    let session = h.session().await;
+    set_mode(&mut h.agent, &session, "full-auto").await;
+    let command = "echo tail >> big.bin && echo small > small.txt";
+    h.mock.push(tool_call_reply(&[("call_a", "shell", json!({"command": command}))]));
+    h.mock.push(text_reply("Appended."));
+    run(&mut h, &session, "append to both").await;
+    assert_eq!(std::fs::metadata(&big).unwrap().len(), big_len + 5);
+    assert!(checkpoint_dir(&h, &session).exists());
+
+    let (messages, _) = run(&mut h, &session, "/undo").await;
+    let shown = serde_json::to_string(undo_content(&messages, "Undo")).unwrap();
+    assert!(shown.contains("big.bin") && shown.contains("over the 10485760-byte checkpoint limit"), "{shown}");
+    assert!(!h.project.join("small.txt").exists(), "the small file the command made is removed");
+    assert_eq!(std::fs::metadata(&big).unwrap().len(), big_len + 5, "the big file is left as the turn left it");
+    let reply = agent_text(&messages);
+    assert!(reply.contains("big.bin") || shown.contains("not restored"), "{reply}");
+    assert!(!reply.contains("`/undo --force`"), "no --force hint for a file that was never saved: {reply}");
+
+    let id = h.agent.request("session/delete", json!({"sessionId": session})).await;
+    let (_, response) = h.agent.response(id).await;
+    assert!(response.get("result").is_some(), "{response}");
+    let dir = checkpoint_dir(&h, &session);
+    crate::support::clock::poll_until(
+        "the checkpoints deleted with the session",
+        std::time::Duration::from_secs(10),
+        || !dir.exists(),
+    )
+    .await;
+}
