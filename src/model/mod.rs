@@ -446,7 +446,7 @@ impl ModelClient {
             .query(&self.openai.query())
             .headers(self.openai.headers())
             .build()
-            .map_err(|err| ModelError::NotConfigured(format!("cannot build the request: {err}")))?;
+            .map_err(|err| ModelError::Request(format!("cannot build the request: {err}")))?;
         let body = self.upstream.send_for_json(request).await?;
         let ids = body
             .get("data")

@@ -117,6 +117,9 @@ async fn turn(engine: &Engine, session: &Arc<Session>, line: String) {
     events.waiting();
     let prompted = engine.prompt(session, line, &events, &approver);
     tokio::pin!(prompted);
+    // Not or_cancel: Ctrl-C is the source of the cancel here, not a wait to
+    // abandon; each press cancels the session's turns and the turn is awaited
+    // on until it answers (cancelled), so nothing is dropped half-way.
     let prompted = loop {
         tokio::select! {
             prompted = &mut prompted => break prompted,

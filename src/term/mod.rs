@@ -24,7 +24,7 @@ mod style;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
@@ -38,6 +38,7 @@ use crate::permission::{Approver, Mode};
 use crate::session::{Journal, Session, TurnGuard};
 use crate::setup::{self, Placement, Request, Start};
 use crate::store::{FailureSink, Store, StoreError};
+use crate::sync::lock;
 use crate::tools::local::LocalHost;
 use crate::tools::{Host, HostError, Launcher, Terminals};
 
@@ -103,10 +104,6 @@ pub enum OpenError {
     /// The working directory is unusable.
     #[error("cannot use the current directory: {0}")]
     Cwd(std::io::Error),
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A configured model's key and the reasoning effort its requests carry.
