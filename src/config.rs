@@ -1243,6 +1243,27 @@ mod tests {
         Config::from_toml_str(text, Path::new("/cfg/config.toml"), &no_env)
     }
 
+    /// `[sandbox] writable`: `~/` is the user's home, a relative path is
+    /// refused, and so is `~` without a HOME; mode and network as written.
+    #[test]
+    fn sandbox_writable_paths_are_absolute_and_expand_the_home() {
+        let env = |name: &str| (name == "HOME").then(|| "/home/u".to_owned());
+        let model = "[models.m]\nbase_url = \"http://x/v1\"\nmodel = \"a\"\n";
+        let text = model.to_owned()
+            + "[sandbox]\nmode = \"required\"\nnetwork = false\nwritable = [\"~/.cache/cargo\", \"/srv/out\", \"~\"]\n";
+        let config = Config::from_toml_str(&text, Path::new("/cfg/config.toml"), &env).unwrap();
+        assert_eq!(config.sandbox.mode, SandboxMode::Required);
+        assert!(!config.sandbox.network);
+        let expected = [PathBuf::from("/home/u/.cache/cargo"), PathBuf::from("/srv/out"), PathBuf::from("/home/u/")];
+        assert_eq!(config.sandbox.writable, expected);
+        let relative =
+            Config::from_toml_str(&format!("{model}[sandbox]\nwritable = [\"out\"]\n"), Path::new("/c.toml"), &env);
+        assert!(relative.unwrap_err().to_string().contains("is not an absolute path"));
+        let homeless = parse(&format!("{model}[sandbox]\nwritable = [\"~/x\"]\n")).unwrap_err().to_string();
+        assert!(homeless.contains("HOME is not set"), "{homeless}");
+        assert_eq!(parse(model).unwrap().sandbox, SandboxSettings::default());
+    }
+
     #[test]
     fn the_documented_shape_parses() {
         let env = |name: &str| (name == "OLLAMA_API_KEY").then(|| "secret-key".to_owned());

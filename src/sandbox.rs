@@ -491,4 +491,53 @@ mod tests {
         let long = format!("{} permission denied", "p".repeat(300));
         assert_eq!(suspected_denial(&long).unwrap().chars().count(), QUOTED_CHARS + 1);
     }
+
+    /// The confinement and the once-per-session notice follow the kernel's
+    /// `RulesetStatus` as it is, for each mode: full protection is claimed
+    /// only when fully enforced; partly enforced still sandboxes but says so
+    /// (and auto then asks); nothing enforced runs unconfined in auto (and
+    /// says so) and refuses in required (issue 14's honest fallback).
+    #[test]
+    fn what_is_claimed_follows_the_enforcement_found() {
+        use crate::config::SandboxMode;
+        let sandbox = |mode, enforcement| SessionSandbox {
+            mode,
+            policy: SandboxPolicy::new(vec![PathBuf::from("/p")], true),
+            status: Status { enforcement, detail: "Landlock ABI 3: TCP rules unsupported".to_owned() },
+        };
+        let table = [
+            (SandboxMode::Auto, Enforcement::Full, Confinement::Enforced, None),
+            (SandboxMode::Auto, Enforcement::Partial, Confinement::Partial, Some("only partly enforced")),
+            (SandboxMode::Auto, Enforcement::None, Confinement::Off, Some("without a sandbox")),
+            (SandboxMode::Required, Enforcement::Full, Confinement::Required, None),
+            (
+                SandboxMode::Required,
+                Enforcement::Partial,
+                Confinement::Refused("Landlock ABI 3: TCP rules unsupported".to_owned()),
+                Some("Commands are refused"),
+            ),
+            (
+                SandboxMode::Required,
+                Enforcement::None,
+                Confinement::Refused("Landlock ABI 3: TCP rules unsupported".to_owned()),
+                Some("Commands are refused"),
+            ),
+            (SandboxMode::Off, Enforcement::Full, Confinement::Off, None),
+        ];
+        for (mode, enforcement, confinement, notice) in table {
+            let sandbox = sandbox(mode, enforcement);
+            assert_eq!(sandbox.confinement(), confinement, "{mode:?} with {enforcement:?}");
+            let told = sandbox.notice();
+            match notice {
+                None => assert_eq!(told, None, "{mode:?} with {enforcement:?}"),
+                Some(phrase) => {
+                    let (title, body) = told.unwrap_or_else(|| panic!("a notice for {mode:?} with {enforcement:?}"));
+                    assert!(title.contains(phrase), "{title}");
+                    assert!(body.contains("Landlock ABI 3"), "the kernel's own finding is quoted: {body}");
+                }
+            }
+            let usable = matches!(confinement, Confinement::Enforced | Confinement::Partial | Confinement::Required);
+            assert_eq!(sandbox.policy().is_ok(), usable, "{mode:?} with {enforcement:?}");
+        }
+    }
 }

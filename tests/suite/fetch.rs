@@ -305,6 +305,22 @@ async fn a_cancel_during_a_slow_body_drops_the_connection() {
     assert!(sent.iter().all(|s| !s.finished), "{sent:?}");
 }
 
+/// The `[network]` timeouts are the fetch tool's too: a page that stops
+/// sending for longer than `stream_idle_timeout_secs` fails the call with
+/// that reason (and the turn goes on), instead of holding the turn.
+#[tokio::test]
+async fn a_page_that_stops_sending_fails_after_the_configured_idle_timeout() {
+    let (mut h, web, session) = start("[network]\nstream_idle_timeout_secs = 1\n").await;
+    let head = Bytes::from_static(b"<html><body><h1>Slow");
+    web.route("/slow", Route::Stalls { content_type: "text/html".into(), head });
+    script_fetches(&h, &[&web.url("/slow")]);
+    let (before, response, _) = run(&mut h, &session, &[Permission::Select("allow_once")]).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    assert_eq!(final_status(&before, "call_0"), "failed");
+    let said = told(&h, 0);
+    assert!(said.contains("1 s"), "the configured idle timeout is named: {said}");
+}
+
 /// `[tools] fetch = false`: the tool is not offered, and a call to it is
 /// answered like a call to any tool that does not exist.
 #[tokio::test]

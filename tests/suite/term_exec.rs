@@ -340,6 +340,25 @@ async fn a_session_from_exec_loads_in_an_editor_and_an_editors_session_resumes_i
 
     let output = term.exec(&["--resume", "sess_does_not_exist", "hi"], None).await;
     assert_eq!(code(&output), 2, "{}", text(&output.stderr));
+
+    // `lathe sessions` shows it (exec's and the editor's turns, in order) and removes it.
+    let sessions = |args: &[&str]| {
+        let mut command = tokio::process::Command::from(term.std_command(&[&["sessions"], args].concat()));
+        command.stdin(Stdio::null()).output()
+    };
+    let shown = sessions(&["show", &from_exec]).await.unwrap();
+    assert_eq!(code(&shown), 0, "{}", text(&shown.stderr));
+    let markdown = text(&shown.stdout);
+    let order: Vec<usize> = ["first question", "First answer from exec.", "second question", "Fourth."]
+        .iter()
+        .map(|said| markdown.find(said).unwrap_or_else(|| panic!("{said:?} in {markdown}")))
+        .collect();
+    assert!(order.is_sorted(), "in the order said: {markdown}");
+    let removed = sessions(&["rm", &from_exec]).await.unwrap();
+    assert_eq!(code(&removed), 0, "{}", text(&removed.stderr));
+    assert!(term.saved_sessions().is_empty(), "removed from the store");
+    let listed = sessions(&["list"]).await.unwrap();
+    assert!(!text(&listed.stdout).contains(&from_exec), "{}", text(&listed.stdout));
 }
 
 /// Whether `pid` is gone (or a zombie nobody reaped).
@@ -351,26 +370,19 @@ pub(crate) fn dead(pid: i32) -> bool {
 /// Waits (up to 10 s) for `pid` to die; whether it did. The kill is sent
 /// when the turn is cancelled; the kernel takes its moment to end the process.
 pub(crate) async fn dies(pid: i32) -> bool {
-    for _ in 0..200 {
-        if dead(pid) {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    false
+    crate::support::clock::eventually(Duration::from_secs(10), || dead(pid)).await
 }
 
 /// Waits until `path` holds a pid, then returns it.
 pub(crate) async fn wait_for_pid(path: &Path) -> i32 {
-    for _ in 0..600 {
-        if let Ok(text) = std::fs::read_to_string(path)
-            && let Ok(pid) = text.trim().parse()
-        {
-            return pid;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("the command never started: {}", path.display());
+    let read = || std::fs::read_to_string(path).ok().and_then(|text| text.trim().parse().ok());
+    crate::support::clock::poll_until(
+        &format!("the command never started: {}", path.display()),
+        Duration::from_secs(30),
+        || read().is_some(),
+    )
+    .await;
+    read().unwrap()
 }
 
 /// A shell call that writes its pid and sleeps for five minutes.
