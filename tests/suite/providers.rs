@@ -425,6 +425,28 @@ async fn the_lean_profile_is_a_small_byte_stable_prefix() {
     assert!(tokens < 1200, "lean prefix is {tokens} tokens");
 }
 
+/// The standard profile's fixed prefix (the system prompt and every tool,
+/// `fetch` included) stays within its 3,000-token budget (o200k): the
+/// budget issue 6 set, which issue 17's ninth tool must not break. The bench
+/// (`cargo bench --bench e2e -- tokens`) prints the same figure.
+#[tokio::test]
+async fn the_standard_prefix_with_fetch_stays_within_its_budget() {
+    let bpe = std::thread::spawn(tiktoken_rs::o200k_base);
+    let mut h = Harness::with_config("prompt = \"standard\"\n").await;
+    let session = h.session().await;
+    h.mock.push(text_reply("hello"));
+    turn(&mut h, &session, "hi").await;
+    let requests = h.mock.chat_requests();
+    let body: RequestBody<'_> = serde_json::from_str(&requests[0].raw_body).unwrap();
+    let (system, tools) = (body.messages[0].get(), body.tools.get());
+    let offered: Vec<Value> = serde_json::from_str(tools).unwrap();
+    assert!(offered.iter().any(|t| t["function"]["name"] == "fetch"), "fetch is offered by default");
+    let bpe = bpe.join().unwrap().unwrap();
+    let system: Value = serde_json::from_str(system).unwrap();
+    let tokens = bpe.encode_ordinary(system["content"].as_str().unwrap()).len() + bpe.encode_ordinary(tools).len();
+    assert!(tokens <= 3000, "standard prefix is {tokens} tokens");
+}
+
 // ---------------------------------------------------------------------------
 // 8. Plain string content.
 // ---------------------------------------------------------------------------
