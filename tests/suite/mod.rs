@@ -53,6 +53,18 @@
 //! (exit status, signals, a dead parent) and `sandbox` (confinement of
 //! commands and the network), and `bench_smoke` (stress tier: the benchmarks
 //! measure the binary).
+//!
+//! The terminal front ends and the other subcommands are the binary's own
+//! entry points (`main` parses them, picks a runtime and an exit code), so
+//! their suites run it: `term_exec` (exit codes per stop reason, stdin and
+//! stdout, SIGINT mid-turn and no child left), `term_chat` (a
+//! pseudo-terminal: rendering, one-key answers, Ctrl-C, Ctrl-D),
+//! `cli_sessions` (`sessions`, `init`, `completions`, `man`), `doctor` and
+//! `trace` (the `--trace` file of a process). That is about 45 process tests
+//! in all, more than the ten the engine work aimed at: the in-process
+//! harness serves ACP only, and the doctor and sessions suites could move to
+//! the library entry points (`lathe::doctor::run`, `lathe::cli::sessions::run`)
+//! where a test does not check the command line itself.
 
 // Test helpers outside `#[test]` functions may panic too; clippy's
 // `allow-unwrap-in-tests` only covers the test functions themselves.
