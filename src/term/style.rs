@@ -125,3 +125,27 @@ pub fn diff_stat(old: Option<&str>, new: &str) -> (usize, usize) {
     }
     (added, removed)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Chat's diffs: added lines green, removed red, headers bold, hunks
+    /// cyan when colour is on; the same text without a single escape when it
+    /// is off (not a terminal, or `NO_COLOR`); long diffs are cut with a count.
+    #[test]
+    fn diffs_are_coloured_only_when_colour_is_on() {
+        let (old, new) = ("keep\nold line\n", "keep\nnew line\n");
+        let plain = diff(Paint { colour: false }, "src/a.rs", Some(old), new, 100);
+        assert!(!plain.contains('\u{1b}'), "{plain:?}");
+        for line in ["--- src/a.rs", "+++ src/a.rs", "-old line", "+new line", " keep"] {
+            assert!(plain.lines().any(|shown| shown == line), "{line:?} in {plain:?}");
+        }
+        let coloured = diff(Paint { colour: true }, "src/a.rs", Some(old), new, 100);
+        assert!(coloured.contains(&"+new line".with(Color::Green).to_string()), "{coloured:?}");
+        assert!(coloured.contains(&"-old line".with(Color::Red).to_string()), "{coloured:?}");
+        let cut = diff(Paint { colour: false }, "a", None, &"x\n".repeat(50), 10);
+        assert_eq!(cut.lines().count(), 11, "{cut}");
+        assert!(cut.ends_with("more lines\n"), "{cut}");
+    }
+}
