@@ -80,6 +80,33 @@ async fn a_working_setup_is_all_green() {
     assert!(!text_of(&report).contains(KEY));
 }
 
+/// Without `context_window`, the line says what the server reported and
+/// where it came from (llama.cpp's `/props` here); an MCP server that cannot
+/// start fails its own line with the reason, and only that line.
+#[tokio::test]
+async fn a_detected_window_and_a_broken_mcp_server_are_reported() {
+    let mock = MockOpenAi::start().await;
+    models_route(&mock);
+    mock.route("GET", "/props", crate::support::mock_openai::llamacpp_props(8192, false));
+    mock.push(text_reply("ready"));
+    mock.push(tool_call_reply(&[("call_1", "report_ready", json!({"ready": true}))]));
+    let data = tempfile::tempdir().unwrap();
+    let without_window = model_toml(&mock.base_url()).replace("context_window = 32768\n", "");
+    let toml = format!("{without_window}[mcp_servers.broken]\ncommand = \"/nonexistent/mcp-server\"\n");
+    let report = doctor(config(&toml), data.path()).await;
+
+    assert_eq!(status(&report, "context window"), Status::Ok, "{}", text_of(&report));
+    let window = detail(&report, "context window");
+    assert!(window.starts_with("8192 tokens") && window.contains("/props"), "{window}");
+    let mcp_line = report.find("tools listed", Some("mcp broken")).unwrap();
+    assert_eq!(mcp_line.status, Status::Fail, "{mcp_line:?}");
+    assert!(!mcp_line.detail.is_empty(), "{mcp_line:?}");
+    assert!(!report.passed());
+    for check in ["endpoint", "auth", "streaming", "tools"] {
+        assert_eq!(status(&report, check), Status::Ok, "{check}: {}", text_of(&report));
+    }
+}
+
 #[tokio::test]
 async fn a_dead_port_fails_the_endpoint_and_skips_the_rest() {
     let port = {
