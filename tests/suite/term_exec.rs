@@ -438,3 +438,35 @@ async fn sigint_cancels_the_turn_saves_the_session_and_leaves_no_child() {
     assert!(tool_result(body, "call_sleep").to_lowercase().contains("cancel"), "{}", tool_result(body, "call_sleep"));
     let _ = DEFAULT_TIMEOUT;
 }
+
+/// `--trace` works with `exec` too: the model's request, response and
+/// stream events are in the file; there is no JSON-RPC to trace.
+#[tokio::test]
+async fn exec_is_traced() {
+    let term = Term::start("").await;
+    term.mock.push(text_reply("Traced from the terminal."));
+    let trace = term.home.path().join("exec-trace.jsonl");
+    let trace_arg = trace.to_string_lossy().into_owned();
+    let output = term.exec(&["--trace", &trace_arg, "say it"], None).await;
+    assert_eq!(code(&output), 0, "{}", text(&output.stderr));
+    assert_eq!(text(&output.stdout).trim(), "Traced from the terminal.");
+    let records: Vec<Value> = std::fs::read_to_string(&trace)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|err| panic!("{err}: {line}")))
+        .collect();
+    assert!(records.iter().all(|r| r["type"] != "jsonrpc"), "no JSON-RPC in a terminal session");
+    let chat = records
+        .iter()
+        .find(|r| {
+            r["type"] == "http_request" && r["url"].as_str().is_some_and(|url| url.ends_with("/chat/completions"))
+        })
+        .expect("the chat request is traced");
+    assert_eq!(chat["dir"], "lathe->model");
+    let streamed: String = records
+        .iter()
+        .filter(|r| r["type"] == "sse_event")
+        .filter_map(|r| r["data"]["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(streamed, "Traced from the terminal.");
+}
