@@ -69,17 +69,101 @@ async fn a_permission_is_answered_by_one_key() {
     term.mock.push(tool_call_reply(&[("call_w", "write_file", json!({"path": "new.txt", "content": "fresh\n"}))]));
     term.mock.push(text_reply("Written."));
     tokio::task::spawn_blocking(move || {
-        let mut pty = spawn_chat(&term, &[]);
+        let mut command = term.std_command(&["chat"]);
+        command.env("TERM", "xterm-256color").env("NO_COLOR", "1");
+        let mut pty = Session::spawn(command).expect("spawn lathe chat on a pty");
+        pty.set_expect_timeout(Some(Duration::from_secs(30)));
         prompt(&mut pty);
         pty.send_line("make new.txt").unwrap();
         let question = pty.expect("[n]").unwrap();
         let shown = String::from_utf8_lossy(question.before()).into_owned();
         assert!(shown.contains("+fresh"), "the diff is shown before the question: {shown:?}");
+        // NO_COLOR on a terminal: no colour or emphasis (the line editor's cursor moves stay).
+        assert!(!shown.contains("\u{1b}[38;5") && !shown.contains("\u{1b}[1m"), "no colour with NO_COLOR: {shown:?}");
         assert!(!term.project.join("new.txt").exists(), "nothing written before the answer");
         pty.send("y").unwrap();
         pty.expect("Written.").unwrap();
         prompt(&mut pty);
         assert_eq!(std::fs::read_to_string(term.project.join("new.txt")).unwrap(), "fresh\n");
+        quit(&mut pty);
+    })
+    .await
+    .unwrap();
+}
+
+/// `text` without its CSI escape sequences (colours, cursor moves).
+fn without_escapes(text: &str) -> String {
+    let mut out = String::new();
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' && chars.peek() == Some(&'[') {
+            chars.next();
+            // Parameters and intermediates, then one final byte in @..~.
+            for next in chars.by_ref() {
+                if ('@'..='~').contains(&next) {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// `a` remembers "always allow" for file edits (the next write is not
+/// asked), `d` remembers "always reject" for that command (it is refused
+/// without a question the next time); the plan shows as a checklist.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn always_and_never_are_one_key_and_remembered() {
+    let term = Term::start("").await;
+    let write = |id: &str, path: &str| tool_call_reply(&[(id, "write_file", json!({"path": path, "content": "x\n"}))]);
+    let plan = json!({"plan": [
+        {"content": "write the files", "status": "completed"},
+        {"content": "run the check", "status": "in_progress"},
+        {"content": "report", "status": "pending"},
+    ]});
+    term.mock.push(write("call_a", "a.txt"));
+    term.mock.push(text_reply("First written."));
+    term.mock.push(write("call_b", "b.txt"));
+    term.mock.push(text_reply("Second written."));
+    term.mock.push(tool_call_reply(&[("call_p", "update_plan", plan)]));
+    term.mock.push(tool_call_reply(&[("call_c", "shell", json!({"command": "echo checked > c.txt"}))]));
+    term.mock.push(text_reply("Check refused."));
+    term.mock.push(tool_call_reply(&[("call_d", "shell", json!({"command": "echo checked > c.txt"}))]));
+    term.mock.push(text_reply("Refused again."));
+    tokio::task::spawn_blocking(move || {
+        let mut pty = spawn_chat(&term, &[]);
+        prompt(&mut pty);
+        pty.send_line("write a").unwrap();
+        pty.expect("[n]").unwrap();
+        pty.send("a").unwrap();
+        pty.expect("First written.").unwrap();
+        prompt(&mut pty);
+        pty.send_line("write b").unwrap();
+        let seen = pty.expect("Second written.").unwrap();
+        let shown = String::from_utf8_lossy(seen.before()).into_owned();
+        assert!(!shown.contains("[n]"), "file edits are not asked again: {shown:?}");
+        assert!(term.project.join("a.txt").exists() && term.project.join("b.txt").exists());
+        prompt(&mut pty);
+
+        pty.send_line("plan and check").unwrap();
+        let seen = pty.expect("[n]").unwrap();
+        let coloured = String::from_utf8_lossy(seen.before()).into_owned();
+        assert!(coloured.contains("\u{1b}["), "colour on a terminal (NO_COLOR unset): {coloured:?}");
+        let shown = without_escapes(&coloured);
+        for item in ["[x] write the files", "[~] run the check", "[ ] report"] {
+            assert!(shown.contains(item), "{item:?} in the checklist: {shown:?}");
+        }
+        pty.send("d").unwrap();
+        pty.expect("Check refused.").unwrap();
+        prompt(&mut pty);
+        pty.send_line("check again").unwrap();
+        let seen = pty.expect("Refused again.").unwrap();
+        let shown = String::from_utf8_lossy(seen.before()).into_owned();
+        assert!(!shown.contains("[n]"), "the rejected command is not asked again: {shown:?}");
+        assert!(!term.project.join("c.txt").exists(), "the command never ran");
+        prompt(&mut pty);
         quit(&mut pty);
     })
     .await
