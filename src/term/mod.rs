@@ -205,7 +205,8 @@ impl Engine {
         };
         let files = self.read_workspace(&placement.cwd).await;
         let start = Start { messages: Vec::new(), choices, mode, journal };
-        setup::open_session(&self.config, id, placement, start, &files.instructions, &self.root)
+        let store = self.store.as_ref().ok();
+        setup::open_session(&self.config, store, id, placement, start, &files.instructions, &self.root)
     }
 
     async fn restore(&self, id: &str, mut placement: Placement, mode: Mode) -> Result<Arc<Session>, OpenError> {
@@ -226,8 +227,15 @@ impl Engine {
         let files = self.read_workspace(&placement.cwd).await;
         let journal = Journal::new(Arc::clone(&store), Arc::from(id));
         let start = Start { messages: transcript, choices, mode, journal: Some(journal) };
-        let session =
-            setup::open_session(&self.config, Arc::from(id), placement, start, &files.instructions, &self.root);
+        let session = setup::open_session(
+            &self.config,
+            Some(&store),
+            Arc::from(id),
+            placement,
+            start,
+            &files.instructions,
+            &self.root,
+        );
         session.set_title(meta.title);
         Ok(session)
     }
