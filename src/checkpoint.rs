@@ -34,8 +34,9 @@
 //! them.
 //!
 //! This module knows files, hashes and the conversation's messages; it knows
-//! nothing of ACP or of how a turn runs (the `acp` module calls it where a
-//! turn starts, where a tool changes a file, and where the turn ends).
+//! nothing of any front end or of how a turn runs ([`crate::undo`] calls it
+//! where a turn starts and ends, [`RecordingHost`] where a tool changes a
+//! file, for the editor's sessions and the terminal's alike).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write as _;

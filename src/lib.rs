@@ -29,6 +29,8 @@
 //! prompt      the system prompt from prompts/*.md
 //! store/      sessions on disk: meta, journal, the session index
 //! checkpoint  each turn's file changes saved before they happen: /undo, /redo
+//! undo        checkpoints as both front ends use them: a turn recorded, and
+//!             /undo, /redo, /checkpoints on the files and the conversation
 //! child       how a process is started: scrubbed environment, supervision
 //!             (the `lathe sandbox-exec` trampoline), its own process group
 //! sandbox     the Landlock policy commands run under, applied by the trampoline
@@ -80,6 +82,7 @@ pub mod sync;
 pub mod term;
 pub mod tools;
 pub mod trace;
+pub mod undo;
 
 #[cfg(test)]
 mod test_support;

@@ -1,6 +1,6 @@
 //! Session set-up that every front end shares (the editor's, [`crate::acp`],
 //! and the terminal's, [`crate::term`]): a session opened with its system
-//! prompt, history, journal and MCP servers; its metadata; what a prompt asks for (a turn or a built-in
+//! prompt, history, journal, MCP servers and checkpoints; its metadata; what a prompt asks for (a turn or a built-in
 //! command); the title it gives a session; the limits its tools run under.
 //! (The transcript a stored session continues from is read with its replay,
 //! in [`crate::acp::stored_transcript`].)
@@ -14,13 +14,14 @@ use std::sync::Arc;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::checkpoint::Checkpoints;
 use crate::commands::{self, CommandKind, SlashCommand};
 use crate::config::{Config, ConfigSource};
 use crate::model::{Message, ModelClient, ModelError, UserPart};
 use crate::permission::Mode;
 use crate::prompt::{Environment, Instructions, project_instructions, system_prompt};
 use crate::session::{Choices, Conversation, Journal, Session, SessionSetup};
-use crate::store::{SessionMeta, now_rfc3339};
+use crate::store::{SessionMeta, Store, now_rfc3339};
 use crate::tools::ToolLimits;
 
 const INIT_PROMPT: &str = include_str!("../prompts/init.md");
@@ -133,10 +134,11 @@ pub fn restored_choices(config: &Config, meta: &SessionMeta) -> (Choices, Mode) 
 }
 
 /// Builds a session: its system prompt from the workspace `instructions`, its
-/// history, and its MCP servers (connected in the background). Its token is a
-/// child of `root`.
+/// history, its MCP servers (connected in the background), and its
+/// checkpoints when it is saved in `store`. Its token is a child of `root`.
 pub fn open_session(
     config: &Config,
+    store: Option<&Arc<Store>>,
     id: Arc<str>,
     placement: Placement,
     start: Start,
@@ -152,7 +154,15 @@ pub fn open_session(
         mcp_servers: placement.mcp_servers,
         created_at: placement.created_at,
     };
-    let session = Arc::new(Session::new(id, setup, conversation, choices, mode, root));
+    let session = Arc::new(Session::new(Arc::clone(&id), setup, conversation, choices, mode, root));
+    // Checkpoints live in the session's folder, so they go with it; a
+    // session that is not saved keeps none.
+    if let Some(store) = store.filter(|_| session.journal().is_some())
+        && let Some(dir) = store.session_dir(&id)
+    {
+        let max_bytes = config.sessions.checkpoint_max_bytes;
+        session.set_checkpoints(Arc::new(Checkpoints::new(dir.join("checkpoints"), store.own_paths(), max_bytes)));
+    }
     let servers = crate::mcp::merge(placement.mcp, &config.mcp_servers);
     if !servers.is_empty() {
         let hub = crate::mcp::McpHub::start(

@@ -247,18 +247,9 @@ impl Server {
         start: Start,
         instructions: &[Instructions],
     ) -> Arc<Session> {
-        let session = setup::open_session(&self.config, Arc::clone(&id), placement, start, instructions, &self.root);
-        // Checkpoints live in the session's folder, so they go with it.
-        if let Some(store) = self.store.as_ref().filter(|_| session.journal().is_some())
-            && let Some(dir) = store.session_dir(&id)
-        {
-            let max_bytes = self.config.sessions.checkpoint_max_bytes;
-            session.set_checkpoints(Arc::new(crate::checkpoint::Checkpoints::new(
-                dir.join("checkpoints"),
-                store.own_paths(),
-                max_bytes,
-            )));
-        }
+        let store = self.store.as_ref();
+        let session =
+            setup::open_session(&self.config, store, Arc::clone(&id), placement, start, instructions, &self.root);
         lock(&self.sessions).insert(id, Arc::clone(&session));
         session
     }

@@ -18,12 +18,12 @@ use super::client::{ClientApprover, ClientHost};
 use super::updates::SessionEvents;
 use super::{INVALID_PARAMS, RequestId, RpcError, Server, lock, options, parse_params, prompt};
 use crate::agent::{AgentEvent, Compaction, Compactor, EventSink, StopReason, Turn, TurnError, Workspace};
-use crate::checkpoint::RecordingHost;
 use crate::commands::CommandKind;
-use crate::model::{Message, UserPart};
+use crate::model::UserPart;
 use crate::session::TurnGuard;
 use crate::setup::{self, Request, derive_title};
 use crate::store::now_rfc3339;
+use crate::undo::TurnRecording;
 
 impl Server {
     pub(super) fn prompt(self: &Arc<Self>, id: RequestId, params: Value) {
@@ -117,21 +117,12 @@ impl Server {
         let limits = setup::tool_limits(&self.config);
         let external = session.external_tools();
         // The turn's changes to files are checkpointed (`/undo`) when the session keeps checkpoints.
-        let checkpoints = session.checkpoints().cloned();
-        let recording = checkpoints.as_ref().map(|c| RecordingHost::new(&host, Arc::clone(c), roots.clone()));
-        let host: &dyn crate::tools::Host = match &recording {
-            Some(recording) => recording,
+        let recording = TurnRecording::begin(&session, turn.conversation(), &parts).await;
+        let recorder = recording.as_ref().map(|recording| recording.host(&host));
+        let host: &dyn crate::tools::Host = match &recorder {
+            Some(recorder) => recorder,
             None => &host,
         };
-        let user = Message::User { parts: parts.clone() };
-        let messages_before = turn.conversation().messages().len();
-        if let Some(checkpoints) = &checkpoints {
-            let (checkpoints, prompt) = (Arc::clone(checkpoints), prompt_text(&parts));
-            let begun = tokio::task::spawn_blocking(move || checkpoints.begin_turn(&prompt, messages_before)).await;
-            if let Err(err) = begun {
-                tracing::warn!(%err, "cannot start the turn's checkpoint");
-            }
-        }
         let runner = Turn {
             client: &client,
             settings: &self.config.agent,
@@ -151,19 +142,9 @@ impl Server {
             context: &self.config.context,
         };
         let result = runner.run(turn.conversation(), parts).await;
-        // A session still only in memory had no answer from the model, so
-        // nothing of the turn ran: its checkpoint is dropped unsaved, and the
-        // session leaves nothing on disk (issue 13).
-        let unsaved = session.journal().is_some_and(|journal| journal.pending_meta().is_some());
-        if let Some(checkpoints) = checkpoints.filter(|checkpoints| !(unsaved && checkpoints.abandon_turn())) {
-            let messages = turn.conversation().messages();
-            let rewindable = messages.get(messages_before) == Some(&user);
-            let messages_after = messages.len();
-            let finishing = Arc::clone(&checkpoints);
-            let finished = tokio::task::spawn_blocking(move || finishing.finish_turn(messages_after, rewindable)).await;
-            if let Err(err) = finished {
-                tracing::warn!(%err, "cannot finish the turn's checkpoint");
-            }
+        if let Some(recording) = recording
+            && recording.finish(&session, turn.conversation()).await
+        {
             self.send_checkpoints(&session, events, false).await;
         }
         result
@@ -205,7 +186,7 @@ impl Server {
             CommandKind::Mode => self.mode_command(&session, arguments),
             CommandKind::Undo => self.undo_command(turn, events, arguments).await,
             CommandKind::Redo => self.redo_command(turn, events).await,
-            CommandKind::Checkpoints => self.checkpoints_command(&session).await,
+            CommandKind::Checkpoints => crate::undo::list(&session).await,
             CommandKind::Init | CommandKind::Custom { .. } => {
                 // Both are turned into ordinary turns by `classify`.
                 return Ok(StopReason::EndTurn);
@@ -265,16 +246,4 @@ impl Server {
             Err(error) => error.message.trim_start_matches("Invalid params: ").to_owned(),
         }
     }
-}
-
-/// The text of a prompt, for naming its turn.
-fn prompt_text(parts: &[UserPart]) -> String {
-    parts
-        .iter()
-        .filter_map(|part| match part {
-            UserPart::Text { text } => Some(text.as_str()),
-            UserPart::Image { .. } => None,
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
 }

@@ -1,5 +1,6 @@
-//! `/undo`, `/redo` and `/checkpoints` (see [`crate::checkpoint`]), and the
-//! list of undoable turns editors get in `_meta`.
+//! How an editor sees `/undo` and `/redo` (the work, shared with the
+//! terminal, is [`crate::undo`]'s), and the list of undoable turns editors
+//! get in `_meta`.
 //!
 //! The list travels in a `session_info_update` whose `_meta` holds
 //! `{"lathe": {"checkpoints": [...], "canRedo": bool}}`, sent after every
@@ -13,142 +14,39 @@
 //! a message saying what happened to the conversation; both are recorded, so
 //! a `session/load` replays them.
 
-use std::sync::Arc;
-
 use agent_client_protocol_schema::v1::{SessionInfoUpdate, SessionUpdate};
 
 use super::Server;
 use super::updates::SessionEvents;
 use crate::agent::{AgentEvent, EventSink, ToolCallChange, ToolCallStatus};
-use crate::checkpoint::{self, CheckpointError, Checkpoints, Outcome};
+use crate::checkpoint::{self, Outcome};
 use crate::session::{Session, TurnGuard};
 use crate::tools::{DisplayContent, Location, ToolKind};
+use crate::undo::{Done, blocking};
 
 /// Largest text shown as a diff (as the file tools show theirs).
 const DIFF_MAX_BYTES: usize = 1024 * 1024;
 
-const NO_CHECKPOINTS: &str = "This session keeps no checkpoints: lathe saves them with the session, and sessions are \
-                              not saved (no data directory).";
-
-/// Runs blocking checkpoint work off the async threads.
-async fn blocking<T: Send + 'static>(
-    checkpoints: &Arc<Checkpoints>,
-    work: impl FnOnce(&Checkpoints) -> T + Send + 'static,
-) -> Option<T> {
-    let checkpoints = Arc::clone(checkpoints);
-    match tokio::task::spawn_blocking(move || work(&checkpoints)).await {
-        Ok(value) => Some(value),
-        Err(err) => {
-            tracing::warn!(%err, "checkpoint work failed");
-            None
-        }
-    }
-}
-
 impl Server {
-    /// `/undo [--force]`.
+    /// `/undo [--force]` (the work is [`crate::undo::undo`]).
     pub(super) async fn undo_command(&self, turn: &mut TurnGuard, events: &SessionEvents, arguments: &str) -> String {
-        let session = Arc::clone(turn.session());
-        let Some(checkpoints) = session.checkpoints().cloned() else { return NO_CHECKPOINTS.to_owned() };
-        let force = match arguments.trim() {
-            "" => false,
-            "--force" | "-f" => true,
-            other => return format!("`/undo` takes no argument but `--force` (got `{other}`)."),
-        };
-        let roots = session.roots();
-        let Some(undone) = blocking(&checkpoints, move |c| c.undo(&roots, force)).await else {
-            return "The undo failed; see lathe's log.".to_owned();
-        };
-        let outcome = match undone {
-            Ok(outcome) => outcome,
-            Err(error) => return error.to_string(),
-        };
-        let conversation = turn.conversation();
-        let rewound = match outcome.turn.messages_before {
-            Some(before) if conversation.messages().len() == outcome.turn.messages_after => {
-                Some(conversation.rewind(before))
-            }
-            _ => None,
-        };
-        let messages_now = conversation.messages().len();
-        let rewound_any = rewound.is_some();
-        let record = outcome.clone();
-        blocking(&checkpoints, move |c| c.undone(&record, rewound.unwrap_or_default(), messages_now)).await;
-        remember_texts(&session, &outcome);
-        show(events, &session, "Undo", &outcome);
-        self.send_checkpoints(&session, events, false).await;
-        let mut reply = format!("Undid the turn \"{}\": {}.", outcome.turn.prompt, files_summary(&outcome));
-        if rewound_any {
-            reply.push_str(" The model no longer sees that turn. `/redo` applies it again.");
-        } else {
-            reply.push_str(
-                " The conversation was not rewound: it was compacted or cleared since, so the model still sees \
-                 what it did.",
-            );
-        }
-        let changed_since = outcome.left.iter().any(|(_, why)| why.contains(checkpoint::CHANGED_SINCE));
-        if changed_since && !force {
-            reply.push_str(
-                " Files changed since the turn were left alone. To restore them as well, losing those changes: \
-                 `/redo`, then `/undo --force`.",
-            );
-        }
-        reply
+        let done = crate::undo::undo(turn, arguments).await;
+        self.show_done(turn.session(), events, "Undo", done).await
     }
 
-    /// `/redo`.
+    /// `/redo` (the work is [`crate::undo::redo`]).
     pub(super) async fn redo_command(&self, turn: &mut TurnGuard, events: &SessionEvents) -> String {
-        let session = Arc::clone(turn.session());
-        let Some(checkpoints) = session.checkpoints().cloned() else { return NO_CHECKPOINTS.to_owned() };
-        let roots = session.roots();
-        let messages_now = turn.conversation().messages().len();
-        let Some(redone) = blocking(&checkpoints, move |c| c.redo(&roots, messages_now)).await else {
-            return "The redo failed; see lathe's log.".to_owned();
-        };
-        let mut outcome = match redone {
-            Ok(outcome) => outcome,
-            Err(error @ (CheckpointError::NothingToRedo | CheckpointError::Diverged(_))) => return error.to_string(),
-            Err(error @ CheckpointError::Io { .. }) => return format!("The redo may be incomplete: {error}"),
-            Err(error @ CheckpointError::NothingToUndo) => return error.to_string(),
-        };
-        let conversation = turn.conversation();
-        for message in std::mem::take(&mut outcome.messages) {
-            conversation.push(message);
-        }
-        remember_texts(&session, &outcome);
-        show(events, &session, "Redo", &outcome);
-        self.send_checkpoints(&session, events, false).await;
-        format!("Redid the turn \"{}\": {}.", outcome.turn.prompt, files_summary(&outcome))
+        let done = crate::undo::redo(turn).await;
+        self.show_done(turn.session(), events, "Redo", done).await
     }
 
-    /// `/checkpoints`.
-    pub(super) async fn checkpoints_command(&self, session: &Session) -> String {
-        let Some(checkpoints) = session.checkpoints().cloned() else { return NO_CHECKPOINTS.to_owned() };
-        let Some(turns) = blocking(&checkpoints, Checkpoints::turns).await else {
-            return "The checkpoints could not be read; see lathe's log.".to_owned();
-        };
-        if turns.is_empty() {
-            return "There is no turn to undo.".to_owned();
+    /// Shows what an undo or redo changed, and the new list; the reply.
+    async fn show_done(&self, session: &Session, events: &SessionEvents, verb: &str, done: Done) -> String {
+        if let Some(outcome) = &done.outcome {
+            show(events, session, verb, outcome);
+            self.send_checkpoints(session, events, false).await;
         }
-        let cwd = &session.setup().cwd;
-        let mut text = String::from("Turns `/undo` can take back, newest first:\n");
-        for turn in turns.iter().rev() {
-            text.push_str(&format!("\n- \"{}\" ({})", turn.prompt, turn.started_at));
-            if turn.files.is_empty() {
-                text.push_str(": no file changes");
-            }
-            for entry in &turn.files {
-                let shown = crate::tools::paths::display(&entry.path, cwd);
-                let change = match (&entry.before, &entry.after, &entry.not_saved) {
-                    (_, _, Some(why)) => format!("cannot be restored: {why}"),
-                    (None, Some(_), None) => "created".to_owned(),
-                    (Some(_), None, None) => "deleted".to_owned(),
-                    _ => "modified".to_owned(),
-                };
-                text.push_str(&format!("\n  - `{shown}`: {change}"));
-            }
-        }
-        text
+        done.reply
     }
 
     /// Tells the editor the undoable turns (see the module docs); when
@@ -163,27 +61,6 @@ impl Server {
         let mut meta = serde_json::Map::new();
         meta.insert("lathe".to_owned(), serde_json::json!({ "checkpoints": list, "canRedo": can_redo }));
         events.send_unrecorded(SessionUpdate::SessionInfoUpdate(SessionInfoUpdate::new().meta(meta)));
-    }
-}
-
-/// The model's next edit of a restored file must not be refused as a change
-/// made behind its back: what it "saw" is what the file holds now.
-fn remember_texts(session: &Session, outcome: &Outcome) {
-    for changed in &outcome.changed {
-        if let Some(text) = &changed.new_text {
-            session.file_versions().record(&changed.path, text);
-        }
-    }
-}
-
-fn files_summary(outcome: &Outcome) -> String {
-    let restored = outcome.changed.len();
-    let left = outcome.left.len();
-    let files = |n: usize| if n == 1 { "1 file".to_owned() } else { format!("{n} files") };
-    match (restored, left) {
-        (0, 0) => "it changed no file".to_owned(),
-        (_, 0) => format!("{} put back", files(restored)),
-        (_, _) => format!("{} put back, {} left as they are", files(restored), files(left)),
     }
 }
 

@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use agent_client_protocol_schema::v1::{
@@ -17,6 +18,7 @@ use super::lock;
 use super::style::{self, Paint};
 use crate::acp::updates::{Lines, record, shown, to_update};
 use crate::agent::{AgentEvent, EventSink, ToolCallChange, ToolCallStatus};
+use crate::checkpoint::Outcome;
 use crate::model::UserPart;
 use crate::session::Journal;
 use crate::tools::{DisplayContent, PlanItem, PlanStatus, ToolKind};
@@ -78,6 +80,29 @@ impl TermEvents {
             SessionInfoUpdate::new().title(shown).updated_at(crate::store::now_rfc3339()),
         );
         lock(&self.screen).json(&SessionNotification::new(self.session_id.clone(), update));
+    }
+
+    /// What an undo or redo (`verb`) did to the files, as lines on stderr:
+    /// each file put back or removed, each left alone with why. (The reply
+    /// that follows says what happened to the conversation.) Not recorded:
+    /// an editor that loads the session later replays the reply only, which
+    /// counts the files.
+    pub fn checkpoint_outcome(&self, verb: &str, outcome: &Outcome, cwd: &Path) {
+        let mut screen = lock(&self.screen);
+        let paint = screen.err_paint;
+        let title = shown(&format!("{verb}: {}", outcome.turn.prompt), Lines::One).into_owned();
+        let mut lines = vec![format!("{} {}", paint.cyan("▸"), paint.bold(&title))];
+        for changed in &outcome.changed {
+            let path = crate::tools::paths::display(&changed.path, cwd);
+            let what = if changed.exists { "restored" } else { "removed" };
+            lines.push(format!("  {} {}", paint.green(what), shown(&path, Lines::One)));
+        }
+        for (path, why) in &outcome.left {
+            let path = crate::tools::paths::display(path, cwd);
+            let line = format!("{}: {why}", shown(&path, Lines::One));
+            lines.push(format!("  {} {}", paint.yellow("left"), shown(&line, Lines::One)));
+        }
+        screen.err_lines(&lines.join("\n"));
     }
 
     /// Starts the spinner (chat), until the first event.

@@ -10,7 +10,9 @@
 //! been sent (built by [`crate::acp::updates`]), and the transcript through
 //! the session's journal, so a session started here loads in an editor and
 //! the reverse. What the two front ends share to set a session up is in
-//! [`crate::setup`].
+//! [`crate::setup`]; turns are checkpointed, and `/undo`, `/redo` and
+//! `/checkpoints` run, through [`crate::undo`], as for an editor (the
+//! terminal shows the files an undo or redo touched as lines on stderr).
 //!
 //! This module writes to stdout and stderr itself (through `io::Write`, not
 //! the print macros): in `exec`, stdout carries only the answer (or the JSON
@@ -41,6 +43,7 @@ use crate::store::{FailureSink, Store, StoreError};
 use crate::sync::lock;
 use crate::tools::local::LocalHost;
 use crate::tools::{Host, HostError, Launcher, Terminals};
+use crate::undo::TurnRecording;
 
 pub use chat::{ChatArgs, chat};
 pub use events::TermEvents;
@@ -205,7 +208,8 @@ impl Engine {
         };
         let files = self.read_workspace(&placement.cwd).await;
         let start = Start { messages: Vec::new(), choices, mode, journal };
-        setup::open_session(&self.config, id, placement, start, &files.instructions, &self.root)
+        let store = self.store.as_ref().ok();
+        setup::open_session(&self.config, store, id, placement, start, &files.instructions, &self.root)
     }
 
     async fn restore(&self, id: &str, mut placement: Placement, mode: Mode) -> Result<Arc<Session>, OpenError> {
@@ -226,8 +230,15 @@ impl Engine {
         let files = self.read_workspace(&placement.cwd).await;
         let journal = Journal::new(Arc::clone(&store), Arc::from(id));
         let start = Start { messages: transcript, choices, mode, journal: Some(journal) };
-        let session =
-            setup::open_session(&self.config, Arc::from(id), placement, start, &files.instructions, &self.root);
+        let session = setup::open_session(
+            &self.config,
+            Some(&store),
+            Arc::from(id),
+            placement,
+            start,
+            &files.instructions,
+            &self.root,
+        );
         session.set_title(meta.title);
         Ok(session)
     }
@@ -327,6 +338,13 @@ impl Engine {
         let host = LocalProcesses { local: LocalHost, launcher };
         let limits = setup::tool_limits(&self.config);
         let external = session.external_tools();
+        // The turn's changes to files are checkpointed (`/undo`) when the session keeps checkpoints.
+        let recording = TurnRecording::begin(&session, turn.conversation(), &parts).await;
+        let recorder = recording.as_ref().map(|recording| recording.host(&host));
+        let host: &dyn Host = match &recorder {
+            Some(recorder) => recorder,
+            None => &host,
+        };
         let runner = Turn {
             client: &client,
             settings: &self.config.agent,
@@ -335,7 +353,7 @@ impl Engine {
             workspace: Workspace {
                 cwd: &session.setup().cwd,
                 roots: &roots,
-                host: &host,
+                host,
                 approver,
                 policy: session.policy(),
                 limits: &limits,
@@ -345,10 +363,15 @@ impl Engine {
             external: external.as_deref(),
             context: &self.config.context,
         };
-        runner.run(turn.conversation(), parts).await
+        let result = runner.run(turn.conversation(), parts).await;
+        if let Some(recording) = recording {
+            recording.finish(&session, turn.conversation()).await;
+        }
+        result
     }
 
-    /// `/compact`, `/clear`, `/model`, `/mode`, answered by lathe itself.
+    /// `/compact`, `/clear`, `/model`, `/mode`, `/undo`, `/redo`,
+    /// `/checkpoints`, answered by lathe itself.
     async fn run_builtin(
         &self,
         turn: &mut TurnGuard,
@@ -379,11 +402,15 @@ impl Engine {
             }
             CommandKind::Model => self.model_command(&session, arguments),
             CommandKind::Mode => self.mode_command(&session, arguments),
-            CommandKind::Undo | CommandKind::Redo | CommandKind::Checkpoints => {
-                "Checkpoints are kept for sessions served to an editor; the terminal does not record them yet. \
-                 Open this session in an editor (it is in the same store) to undo its editor turns."
-                    .to_owned()
+            CommandKind::Undo => {
+                let done = crate::undo::undo(turn, arguments).await;
+                show_done(events, &session, "Undo", done)
             }
+            CommandKind::Redo => {
+                let done = crate::undo::redo(turn).await;
+                show_done(events, &session, "Redo", done)
+            }
+            CommandKind::Checkpoints => crate::undo::list(&session).await,
             // Both are turned into ordinary turns by `classify`.
             CommandKind::Init | CommandKind::Custom { .. } => return Ok(StopReason::EndTurn),
         };
@@ -440,6 +467,14 @@ impl Engine {
             Err(message) => format!("{message}."),
         }
     }
+}
+
+/// Shows what an undo or redo changed; the reply.
+fn show_done(events: &TermEvents, session: &Session, verb: &str, done: crate::undo::Done) -> String {
+    if let Some(outcome) = &done.outcome {
+        events.checkpoint_outcome(verb, outcome, &session.setup().cwd);
+    }
+    done.reply
 }
 
 /// How a prompt ended, and the tokens its model requests used (when the

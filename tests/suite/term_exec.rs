@@ -3,7 +3,8 @@
 //! only the answer; the non-TTY default mode refusing a write; `--json`
 //! giving exactly the `session/update`s an ACP client gets for the same
 //! scripted turn; sessions shared with the editor (made by exec and loaded
-//! over ACP with their history, and an editor's session resumed); SIGINT
+//! over ACP with their history, and an editor's session resumed); turns
+//! undone, listed and redone by `/undo`, `/checkpoints` and `/redo`; SIGINT
 //! during a turn giving 130 with the session saved and no child left.
 
 use std::path::{Path, PathBuf};
@@ -277,7 +278,8 @@ async fn json_events_are_what_an_acp_client_gets() {
         .iter()
         .filter(|m| m["method"] == "session/update")
         // The editor also gets the session's checkpoint list (`_meta` only):
-        // state for its undo menu, which the terminal does not keep.
+        // state for its undo menu; the terminal keeps the checkpoints but has
+        // no menu to send the list to.
         .filter(|m| m["params"]["update"]["_meta"]["lathe"]["checkpoints"].is_null())
         .map(|m| normalized(m["params"]["update"].clone()))
         .collect();
@@ -469,4 +471,56 @@ async fn exec_is_traced() {
         .filter_map(|r| r["data"]["choices"][0]["delta"]["content"].as_str())
         .collect();
     assert_eq!(streamed, "Traced from the terminal.");
+}
+
+/// Checkpoints in the terminal (issue 18): an exec turn's file change is
+/// listed by `/checkpoints`, taken back by `/undo` (the file and the turn in
+/// the conversation), applied again by `/redo`, each in a later
+/// `exec --continue`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_turns_are_undone_and_redone() {
+    let term = Term::start("").await;
+    let notes = term.project.join("notes.txt");
+    term.mock.push(tool_call_reply(&[("call_w", "write_file", json!({"path": "notes.txt", "content": "hello\n"}))]));
+    term.mock.push(text_reply("Created."));
+    let output = term.exec(&["--mode", "full-auto", "create notes"], None).await;
+    assert_eq!(code(&output), 0, "{}", text(&output.stderr));
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), "hello\n");
+
+    let output = term.exec(&["--continue", "/checkpoints"], None).await;
+    assert_eq!(code(&output), 0, "{}", text(&output.stderr));
+    let listed = text(&output.stdout);
+    assert!(listed.contains("\"create notes\"") && listed.contains("`notes.txt`: created"), "{listed}");
+
+    let output = term.exec(&["--continue", "/undo"], None).await;
+    assert_eq!(code(&output), 0, "{}", text(&output.stderr));
+    assert!(!notes.exists(), "the file the turn created is gone");
+    let reply = text(&output.stdout);
+    assert!(reply.contains("Undid the turn \"create notes\": 1 file put back."), "{reply}");
+    assert!(reply.contains("The model no longer sees that turn."), "{reply}");
+    assert!(text(&output.stderr).contains("removed notes.txt"), "the file is named: {}", text(&output.stderr));
+
+    let output = term.exec(&["--continue", "/checkpoints"], None).await;
+    assert!(text(&output.stdout).contains("There is no turn to undo."), "{}", text(&output.stdout));
+
+    let output = term.exec(&["--continue", "/redo"], None).await;
+    assert_eq!(code(&output), 0, "{}", text(&output.stderr));
+    assert!(text(&output.stdout).contains("Redid the turn \"create notes\""), "{}", text(&output.stdout));
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), "hello\n", "the redo wrote it again");
+    assert!(text(&output.stderr).contains("restored notes.txt"), "{}", text(&output.stderr));
+
+    let output = term.exec(&["--continue", "/undo"], None).await;
+    assert_eq!(code(&output), 0, "{}", text(&output.stderr));
+    assert!(!notes.exists(), "undone again");
+
+    // The model's next request has no trace of the undone turn.
+    term.mock.push(text_reply("Nothing to do."));
+    let output = term.exec(&["--continue", "what now"], None).await;
+    assert_eq!(code(&output), 0, "{}", text(&output.stderr));
+    let requests = term.mock.chat_requests();
+    assert_eq!(requests.len(), 3, "the commands asked the model nothing");
+    assert_eq!(user_texts(&term.mock, 2), ["what now"]);
+    let sent = requests[2].body["messages"].to_string();
+    assert!(!sent.contains("call_w") && !sent.contains("Created."), "the undone turn is gone: {sent}");
+    assert_eq!(term.saved_sessions().len(), 1, "every command went on with the same session");
 }
