@@ -383,9 +383,7 @@ async fn cancel_releases_a_client_terminal() {
     assert_eq!(response["result"]["stopReason"], "cancelled");
     let release = after.iter().position(|m| m["method"] == "terminal/release").expect("terminal/release sent");
     assert!(
-        after[release..]
-            .iter()
-            .all(|m| m["method"] != "session/update"
+        after[release..].iter().all(|m| m["method"] != "session/update"
                 || m["params"]["update"]["toolCallId"] == "call_t"
                 // The turn's checkpoint list (`_meta`), sent as it ends.
                 || !m["params"]["update"]["_meta"]["lathe"]["checkpoints"].is_null()),
