@@ -337,7 +337,7 @@ mod tests {
             after,
             not_saved: not_saved.map(str::to_owned),
         };
-        let turns = vec![
+        let turns = [
             TurnRecord {
                 number: 1,
                 prompt: "first \"quoted\"".to_owned(),
