@@ -38,7 +38,7 @@
 //! where a turn starts and ends, [`RecordingHost`] where a tool changes a
 //! file, for the editor's sessions and the terminal's alike).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::io::Write as _;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -352,9 +352,15 @@ impl Checkpoints {
     fn save_index(&self, index: &Index) -> Result<(), CheckpointError> {
         let io = |source| CheckpointError::Io { path: self.dir.clone(), source };
         std::fs::create_dir_all(&self.dir).map_err(io)?;
-        let bytes = serde_json::to_vec(index).map_err(|err| io(std::io::Error::other(err)))?;
         let mut temp = tempfile::NamedTempFile::new_in(&self.dir).map_err(io)?;
-        temp.write_all(&bytes).map_err(io)?;
+        // Streamed, not encoded into one buffer first: the index grows with
+        // the session and is saved after every turn, and a buffer of its size
+        // per turn (100 KB at 1,000 turns) raised the allocator's high-water
+        // mark turn after turn.
+        let mut out = std::io::BufWriter::new(temp.as_file_mut());
+        serde_json::to_writer(&mut out, index).map_err(|err| io(err.into()))?;
+        out.flush().map_err(io)?;
+        drop(out);
         temp.as_file().sync_all().map_err(io)?;
         temp.persist(self.dir.join(INDEX_FILE)).map_err(|err| io(err.error))?;
         Ok(())
@@ -675,6 +681,14 @@ impl Checkpoints {
         }
     }
 
+    /// Gives `with` the undoable turns, oldest first, and whether an undone
+    /// turn can be redone, without copying them (under the lock: keep it short).
+    pub fn with_turns<T>(&self, with: impl FnOnce(&[TurnRecord], bool) -> T) -> T {
+        let mut state = self.lock();
+        let index = self.index(&mut state);
+        with(&index.turns, !index.undone.is_empty())
+    }
+
     /// The undoable turns, oldest first.
     pub fn turns(&self) -> Vec<TurnRecord> {
         let mut state = self.lock();
@@ -825,42 +839,70 @@ fn referenced(index: &Index) -> Vec<Blob> {
     turns.flat_map(|turn| &turn.files).flat_map(|entry| [entry.before.clone(), entry.after.clone()]).flatten().collect()
 }
 
-/// The list editors get in `_meta` and `/checkpoints` shows: the undoable
-/// turns, newest first, with the files each changed.
-pub fn describe(turns: &[TurnRecord], cwd: &Path) -> serde_json::Value {
-    let turns: Vec<serde_json::Value> = turns
-        .iter()
-        .rev()
-        .map(|turn| {
-            let files: Vec<serde_json::Value> = turn
-                .files
-                .iter()
-                .map(|entry| {
-                    let change = match (&entry.before, &entry.after, &entry.not_saved) {
-                        (_, _, Some(_)) => "unrestorable",
-                        (None, Some(_), None) => "created",
-                        (Some(_), None, None) => "deleted",
-                        _ => "modified",
-                    };
-                    let mut file = BTreeMap::new();
-                    file.insert("path", serde_json::json!(entry.path));
-                    file.insert("shown", serde_json::json!(crate::tools::paths::display(&entry.path, cwd)));
-                    file.insert("change", serde_json::json!(change));
-                    if let Some(why) = &entry.not_saved {
-                        file.insert("notSaved", serde_json::json!(why));
-                    }
-                    serde_json::json!(file)
-                })
-                .collect();
-            serde_json::json!({
-                "turn": turn.number,
-                "prompt": turn.prompt,
-                "startedAt": turn.started_at,
-                "files": files,
-            })
-        })
-        .collect();
-    serde_json::Value::Array(turns)
+/// The list editors get in `_meta`: the undoable turns, newest first, with
+/// the files each changed. Serialised straight from the records it borrows
+/// (no `serde_json::Value` tree, no copy of the records): it is sent after
+/// every turn and grows with the session, and at 1,000 turns the tree and
+/// the copy were 1.2 MB built and dropped per turn, which the allocator's
+/// arenas kept as resident memory that grew turn after turn.
+pub struct Described<'a> {
+    /// The undoable turns, oldest first (as [`Checkpoints::turns`] gives them).
+    pub turns: &'a [TurnRecord],
+    /// The session's working directory, to show paths relative to it.
+    pub cwd: &'a Path,
+}
+
+impl Serialize for Described<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.turns.iter().rev().map(|turn| DescribedTurn { turn, cwd: self.cwd }))
+    }
+}
+
+/// One turn of [`Described`]: `{turn, prompt, startedAt, files}`.
+struct DescribedTurn<'a> {
+    turn: &'a TurnRecord,
+    cwd: &'a Path,
+}
+
+impl Serialize for DescribedTurn<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct as _;
+        let files: Vec<DescribedFile<'_>> =
+            self.turn.files.iter().map(|entry| DescribedFile { entry, cwd: self.cwd }).collect();
+        let mut out = serializer.serialize_struct("Turn", 4)?;
+        out.serialize_field("turn", &self.turn.number)?;
+        out.serialize_field("prompt", &self.turn.prompt)?;
+        out.serialize_field("startedAt", &self.turn.started_at)?;
+        out.serialize_field("files", &files)?;
+        out.end()
+    }
+}
+
+/// One file of a [`DescribedTurn`]: `{change, notSaved?, path, shown}`.
+struct DescribedFile<'a> {
+    entry: &'a FileEntry,
+    cwd: &'a Path,
+}
+
+impl Serialize for DescribedFile<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct as _;
+        let entry = self.entry;
+        let change = match (&entry.before, &entry.after, &entry.not_saved) {
+            (_, _, Some(_)) => "unrestorable",
+            (None, Some(_), None) => "created",
+            (Some(_), None, None) => "deleted",
+            _ => "modified",
+        };
+        let mut out = serializer.serialize_struct("File", 4)?;
+        out.serialize_field("change", change)?;
+        if let Some(why) = &entry.not_saved {
+            out.serialize_field("notSaved", why)?;
+        }
+        out.serialize_field("path", &entry.path)?;
+        out.serialize_field("shown", &crate::tools::paths::display(&entry.path, self.cwd))?;
+        out.end()
+    }
 }
 
 /// A turn's [`Host`](crate::tools::Host) that records its changes in the

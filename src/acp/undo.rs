@@ -14,12 +14,14 @@
 //! a message saying what happened to the conversation; both are recorded, so
 //! a `session/load` replays them.
 
-use agent_client_protocol_schema::v1::{SessionInfoUpdate, SessionUpdate};
+use agent_client_protocol_schema::v1::SessionId;
+use serde::Serialize;
 
 use super::Server;
 use super::updates::SessionEvents;
 use crate::agent::{AgentEvent, EventSink, ToolCallChange, ToolCallStatus};
 use crate::checkpoint::{self, Outcome};
+use crate::rpc::encode_notification;
 use crate::session::{Session, TurnGuard};
 use crate::tools::{DisplayContent, Location, ToolKind};
 use crate::undo::{Done, blocking};
@@ -50,18 +52,69 @@ impl Server {
     }
 
     /// Tells the editor the undoable turns (see the module docs); when
-    /// `only_if_any`, only if there are some (a session just loaded).
+    /// `only_if_any`, only if there are some (a session just loaded). The
+    /// notification is encoded from the checkpoints' own records, under
+    /// their lock, off the async threads: the list grows with the session.
     pub(super) async fn send_checkpoints(&self, session: &Session, events: &SessionEvents, only_if_any: bool) {
         let Some(checkpoints) = session.checkpoints().cloned() else { return };
-        let Some((turns, can_redo)) = blocking(&checkpoints, |c| (c.turns(), c.can_redo())).await else { return };
-        if only_if_any && turns.is_empty() && !can_redo {
-            return;
+        let cwd = session.setup().cwd.clone();
+        let session_id = events.session_id.clone();
+        let encoded = blocking(&checkpoints, move |c| {
+            c.with_turns(|turns, can_redo| {
+                if only_if_any && turns.is_empty() && !can_redo {
+                    return None;
+                }
+                let update = CheckpointsUpdate {
+                    session_id: &session_id,
+                    update: InfoUpdate {
+                        session_update: "session_info_update",
+                        meta: LatheMeta {
+                            lathe: CheckpointList { checkpoints: checkpoint::Described { turns, cwd: &cwd }, can_redo },
+                        },
+                    },
+                };
+                encode_notification("session/update", &update)
+                    .inspect_err(|err| tracing::error!(%err, "cannot encode the checkpoint list"))
+                    .ok()
+            })
+        })
+        .await;
+        if let Some(Some(line)) = encoded {
+            events.outbox.send_encoded(line);
         }
-        let list = checkpoint::describe(&turns, &session.setup().cwd);
-        let mut meta = serde_json::Map::new();
-        meta.insert("lathe".to_owned(), serde_json::json!({ "checkpoints": list, "canRedo": can_redo }));
-        events.send_unrecorded(SessionUpdate::SessionInfoUpdate(SessionInfoUpdate::new().meta(meta)));
     }
+}
+
+/// The `session/update` params [`Server::send_checkpoints`] sends: a
+/// `session_info_update` with `_meta: {"lathe": {checkpoints, canRedo}}`,
+/// the same JSON as a
+/// [`SessionInfoUpdate`](agent_client_protocol_schema::v1::SessionInfoUpdate)
+/// with that `_meta` built as a `serde_json::Value` (a test checks).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct CheckpointsUpdate<'a> {
+    session_id: &'a SessionId,
+    update: InfoUpdate<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct InfoUpdate<'a> {
+    session_update: &'static str,
+    #[serde(rename = "_meta")]
+    meta: LatheMeta<'a>,
+}
+
+#[derive(Serialize)]
+struct LatheMeta<'a> {
+    lathe: CheckpointList<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct CheckpointList<'a> {
+    checkpoints: checkpoint::Described<'a>,
+    can_redo: bool,
 }
 
 /// Shows an undo or redo as a tool call with a diff per file.
@@ -108,4 +161,102 @@ fn show(events: &SessionEvents, session: &Session, verb: &str, outcome: &Outcome
             ..ToolCallChange::default()
         },
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use agent_client_protocol_schema::v1::{SessionId, SessionInfoUpdate, SessionNotification, SessionUpdate};
+    use serde_json::json;
+
+    use super::{CheckpointList, CheckpointsUpdate, InfoUpdate, LatheMeta};
+    use crate::checkpoint::{Blob, Described, FileEntry, TurnRecord};
+    use crate::rpc::encode_notification;
+
+    /// The list as it was built before it was serialised straight from the
+    /// records: a `serde_json::Value` in a `SessionInfoUpdate`'s `_meta`.
+    fn as_value(turns: &[TurnRecord], cwd: &Path, can_redo: bool) -> serde_json::Value {
+        let list: Vec<serde_json::Value> = turns
+            .iter()
+            .rev()
+            .map(|turn| {
+                let files: Vec<serde_json::Value> = turn
+                    .files
+                    .iter()
+                    .map(|entry| {
+                        let change = match (&entry.before, &entry.after, &entry.not_saved) {
+                            (_, _, Some(_)) => "unrestorable",
+                            (None, Some(_), None) => "created",
+                            (Some(_), None, None) => "deleted",
+                            _ => "modified",
+                        };
+                        let mut file = std::collections::BTreeMap::new();
+                        file.insert("path", json!(entry.path));
+                        file.insert("shown", json!(crate::tools::paths::display(&entry.path, cwd)));
+                        file.insert("change", json!(change));
+                        if let Some(why) = &entry.not_saved {
+                            file.insert("notSaved", json!(why));
+                        }
+                        json!(file)
+                    })
+                    .collect();
+                json!({"turn": turn.number, "prompt": turn.prompt, "startedAt": turn.started_at, "files": files})
+            })
+            .collect();
+        json!({ "checkpoints": list, "canRedo": can_redo })
+    }
+
+    #[test]
+    fn the_checkpoint_list_is_the_json_it_was_as_a_value() {
+        let blob = |n: u64| Some(Blob { sha256: format!("{n:064x}"), len: n });
+        let entry = |path: &str, before, after, not_saved: Option<&str>| FileEntry {
+            path: PathBuf::from(path),
+            before,
+            after,
+            not_saved: not_saved.map(str::to_owned),
+        };
+        let turns = [
+            TurnRecord {
+                number: 1,
+                prompt: "first \"quoted\"".to_owned(),
+                started_at: "2026-12-03T18:00:00Z".to_owned(),
+                messages_before: Some(0),
+                messages_after: 2,
+                files: vec![
+                    entry("/w/a.rs", None, blob(1), None),
+                    entry("/w/sub/b.rs", blob(2), blob(3), None),
+                    entry("/elsewhere/c", blob(4), None, None),
+                    entry("/w/big", None, None, Some("over the cap")),
+                ],
+            },
+            TurnRecord {
+                number: 2,
+                prompt: "second".to_owned(),
+                started_at: "2026-12-03T18:01:00Z".to_owned(),
+                messages_before: None,
+                messages_after: 4,
+                files: Vec::new(),
+            },
+        ];
+        let cwd = Path::new("/w");
+        let session_id = SessionId::new("s1");
+        for (turns, can_redo) in [(&turns[..], true), (&turns[..], false), (&turns[..0], true)] {
+            let serde_json::Value::Object(meta) = json!({ "lathe": as_value(turns, cwd, can_redo) }) else {
+                unreachable!("an object")
+            };
+            let update = SessionUpdate::SessionInfoUpdate(SessionInfoUpdate::new().meta(meta));
+            let before =
+                encode_notification("session/update", &SessionNotification::new(session_id.clone(), update)).unwrap();
+            let now = CheckpointsUpdate {
+                session_id: &session_id,
+                update: InfoUpdate {
+                    session_update: "session_info_update",
+                    meta: LatheMeta { lathe: CheckpointList { checkpoints: Described { turns, cwd }, can_redo } },
+                },
+            };
+            let now = encode_notification("session/update", &now).unwrap();
+            assert_eq!(String::from_utf8(now).unwrap(), String::from_utf8(before).unwrap());
+        }
+    }
 }
