@@ -362,6 +362,29 @@ async fn a_server_that_refuses_tools_makes_the_session_chat_only() {
     assert!(requests[1].body.get("tools").is_none() && requests[2].body.get("tools").is_none());
 }
 
+/// A server that refuses `stream_options` (older OpenAI-compatible servers
+/// answer 400 "unknown parameter") is asked again without it, once: later
+/// requests leave it out, and the turn goes on as usual.
+#[tokio::test]
+async fn a_server_that_refuses_stream_options_is_asked_again_without_it() {
+    let mut h = Harness::start().await;
+    h.mock.rule(|body: &Value| {
+        body.get("stream_options").map(|_| Reply::error(400, "Unrecognized request argument supplied: stream_options"))
+    });
+    let session = h.session().await;
+    h.mock.push(text_reply("First."));
+    h.mock.push(text_reply("Second."));
+    let (before, _) = turn(&mut h, &session, "one").await;
+    assert_eq!(agent_text(&before), "First.");
+    let (before, _) = turn(&mut h, &session, "two").await;
+    assert_eq!(agent_text(&before), "Second.");
+    let requests = h.mock.chat_requests();
+    assert_eq!(requests.len(), 3, "the refused request, its retry, the next turn");
+    assert!(requests[0].body.get("stream_options").is_some());
+    assert!(requests[1].body.get("stream_options").is_none() && requests[2].body.get("stream_options").is_none());
+    assert!(requests[1].body.get("tools").is_some(), "only stream_options is dropped, not the tools");
+}
+
 /// OpenAI's refusal of tools *with reasoning* is an error to fix in the
 /// config (reasoning_effort = "none"), not a reason to drop the tools.
 #[tokio::test]
