@@ -107,24 +107,7 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     init_logging(cli.log_level.as_deref(), cli.log_file.as_deref(), "warn,lathe=info")?;
-    let env = |name: &str| std::env::var(name).ok();
-    let mut config = match Config::load(cli.config.as_deref(), &env) {
-        Ok(config) => config,
-        Err(err) => {
-            eprintln!("lathe: {err}");
-            return Ok(ExitCode::from(2));
-        }
-    };
-    config.data_dir = lathe::store::default_data_dir(cli.data_dir.as_deref(), &env);
-    start_trace(cli.trace.as_deref(), Some(&config))?;
-    // Every child is started through this executable, which supervises it.
-    config.children.supervisor = match std::env::current_exe() {
-        Ok(path) => Some(path),
-        Err(err) => {
-            tracing::warn!(%err, "cannot find lathe's own executable; child processes will not be supervised");
-            None
-        }
-    };
+    let Some(config) = session_config(&cli)? else { return Ok(ExitCode::from(2)) };
     if std::io::stdin().is_terminal() {
         greet(&config);
     }
@@ -219,24 +202,7 @@ fn run_terminal(cli: Cli, command: Command) -> anyhow::Result<ExitCode> {
     // On a terminal front end, stderr is the user's screen: errors only
     // (what a warning would say, such as a retry, is shown there already).
     init_logging(cli.log_level.as_deref(), cli.log_file.as_deref(), "error")?;
-    let env = |name: &str| std::env::var(name).ok();
-    let mut config = match Config::load(cli.config.as_deref(), &env) {
-        Ok(config) => config,
-        Err(err) => {
-            eprintln!("lathe: {err}");
-            return Ok(ExitCode::from(lathe::term::exit::USAGE));
-        }
-    };
-    config.data_dir = lathe::store::default_data_dir(cli.data_dir.as_deref(), &env);
-    start_trace(cli.trace.as_deref(), Some(&config))?;
-    // Every child is started through this executable, which supervises it.
-    config.children.supervisor = match std::env::current_exe() {
-        Ok(path) => Some(path),
-        Err(err) => {
-            tracing::warn!(%err, "cannot find lathe's own executable; child processes will not be supervised");
-            None
-        }
-    };
+    let Some(config) = session_config(&cli)? else { return Ok(ExitCode::from(lathe::term::exit::USAGE)) };
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
     let code = match command {
@@ -251,6 +217,32 @@ fn run_terminal(cli: Cli, command: Command) -> anyhow::Result<ExitCode> {
     };
     runtime.shutdown_timeout(Duration::from_millis(250));
     Ok(ExitCode::from(code))
+}
+
+/// The config sessions run with (serving ACP, `exec`, `chat`): loaded, its
+/// data directory, the trace started, children supervised by this
+/// executable. `None` when it cannot be loaded (said on stderr: a usage
+/// error).
+fn session_config(cli: &Cli) -> anyhow::Result<Option<Config>> {
+    let env = |name: &str| std::env::var(name).ok();
+    let mut config = match Config::load(cli.config.as_deref(), &env) {
+        Ok(config) => config,
+        Err(err) => {
+            eprintln!("lathe: {err}");
+            return Ok(None);
+        }
+    };
+    config.data_dir = lathe::store::default_data_dir(cli.data_dir.as_deref(), &env);
+    start_trace(cli.trace.as_deref(), Some(&config))?;
+    // Every child is started through this executable, which supervises it.
+    config.children.supervisor = match std::env::current_exe() {
+        Ok(path) => Some(path),
+        Err(err) => {
+            tracing::warn!(%err, "cannot find lathe's own executable; child processes will not be supervised");
+            None
+        }
+    };
+    Ok(Some(config))
 }
 
 /// `sandbox-exec` is dispatched before anything else in `main`.

@@ -14,13 +14,14 @@ use std::sync::Arc;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::agent::{Compaction, Compactor, EventSink, TurnError};
 use crate::checkpoint::Checkpoints;
 use crate::commands::{self, CommandKind, SlashCommand};
 use crate::config::{Config, ConfigSource};
 use crate::model::{Message, ModelClient, ModelError, UserPart};
 use crate::permission::Mode;
 use crate::prompt::{Environment, Instructions, project_instructions, system_prompt};
-use crate::session::{Choices, Conversation, Journal, Session, SessionSetup};
+use crate::session::{Choices, Conversation, Journal, Session, SessionSetup, TurnGuard};
 use crate::store::{SessionMeta, Store, now_rfc3339};
 use crate::tools::ToolLimits;
 
@@ -274,6 +275,76 @@ pub fn derive_title(parts: &[UserPart]) -> Option<String> {
         _ => &cut,
     };
     Some(format!("{}…", cut.trim_end()))
+}
+
+/// A mode named by its id (`/mode`, `--mode`, `session/set_mode`), or why
+/// not, naming the modes there are.
+pub fn parse_mode(id: &str) -> Result<Mode, String> {
+    Mode::from_id(id).ok_or_else(|| {
+        let known: Vec<&str> = Mode::ALL.iter().map(|m| m.id()).collect();
+        format!("unknown mode \"{id}\" (available: {})", known.join(", "))
+    })
+}
+
+/// `/model` without a name: the configured models, `current` marked.
+pub fn model_list(config: &Config, current: &str) -> String {
+    let list: Vec<String> = config
+        .models
+        .values()
+        .map(|m| {
+            let marker = if m.key == current { " (current)" } else { "" };
+            format!("- `{}`: {} at {}{marker}", m.key, m.model, m.base_url)
+        })
+        .collect();
+    format!("Configured models:\n{}\n\nSwitch with `/model <name>`.", list.join("\n"))
+}
+
+/// `/mode` without a name: the modes, `current` marked.
+pub fn mode_list(current: Mode) -> String {
+    let list: Vec<String> = Mode::ALL
+        .iter()
+        .map(|m| {
+            let marker = if *m == current { " (current)" } else { "" };
+            format!("- `{}`: {}{marker}", m.id(), m.description())
+        })
+        .collect();
+    format!("Modes:\n{}\n\nSwitch with `/mode <name>`.", list.join("\n"))
+}
+
+/// What `/mode` answers once it switched to `mode`.
+pub fn mode_switched(mode: Mode) -> String {
+    format!("Switched to {} mode: {}.", mode.name(), mode.description().to_lowercase())
+}
+
+/// `/clear`: the model sees nothing of the earlier messages any more (the
+/// journal keeps them); the reply.
+pub fn clear(turn: &mut TurnGuard) -> String {
+    turn.conversation().reset(Vec::new());
+    "Started a fresh conversation: the model no longer sees the earlier messages. \
+     They stay in this session's history."
+        .to_owned()
+}
+
+/// `/compact` with `client`: the reply, or `None` when the turn was
+/// cancelled. The summary request offers the session's own tools, so it
+/// shares the prefix (and the cache) of the session's requests.
+pub async fn compact(
+    turn: &mut TurnGuard,
+    client: &ModelClient,
+    events: &dyn EventSink,
+    config: &Config,
+) -> Result<Option<String>, TurnError> {
+    let before = turn.conversation().messages().len();
+    let token = turn.token().clone();
+    let offered = turn.session().external_tools().map(|external| external.definitions());
+    let tools = offered.as_deref().unwrap_or(crate::tools::definitions_with(config.tools.fetch));
+    let compactor = Compactor { client, events, cancel: &token, tools };
+    match compactor.compact(turn.conversation(), None).await {
+        Compaction::Done { .. } => Ok(Some(format!("Compacted {before} messages into a summary."))),
+        Compaction::NothingToDo => Ok(Some("There is nothing to compact yet.".to_owned())),
+        Compaction::Cancelled => Ok(None),
+        Compaction::Failed(error) => Err(error),
+    }
 }
 
 #[cfg(test)]

@@ -84,13 +84,7 @@ pub fn choices_for(config: &Config, key: &str) -> Choices {
 
 /// Parses a mode id.
 pub fn parse_mode(id: &str) -> Result<Mode, RpcError> {
-    Mode::from_id(id).ok_or_else(|| {
-        let known: Vec<&str> = Mode::ALL.iter().map(|m| m.id()).collect();
-        RpcError::new(
-            INVALID_PARAMS,
-            format!("Invalid params: unknown mode \"{id}\" (available: {})", known.join(", ")),
-        )
-    })
+    crate::setup::parse_mode(id).map_err(|why| RpcError::new(INVALID_PARAMS, format!("Invalid params: {why}")))
 }
 
 impl Server {

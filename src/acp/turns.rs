@@ -17,7 +17,7 @@ use serde_json::Value;
 use super::client::{ClientApprover, ClientHost};
 use super::updates::SessionEvents;
 use super::{INVALID_PARAMS, RequestId, RpcError, Server, lock, options, parse_params, prompt};
-use crate::agent::{AgentEvent, Compaction, Compactor, EventSink, StopReason, Turn, TurnError, Workspace};
+use crate::agent::{AgentEvent, EventSink, StopReason, Turn, TurnError, Workspace};
 use crate::commands::CommandKind;
 use crate::model::UserPart;
 use crate::session::TurnGuard;
@@ -160,26 +160,13 @@ impl Server {
     ) -> Result<StopReason, TurnError> {
         let session = Arc::clone(turn.session());
         let reply = match kind {
-            CommandKind::Clear => {
-                turn.conversation().reset(Vec::new());
-                "Started a fresh conversation: the model no longer sees the earlier messages. \
-                 They stay in this session's history."
-                    .to_owned()
-            }
+            CommandKind::Clear => setup::clear(turn),
             CommandKind::Compact => {
-                let before = turn.conversation().messages().len();
                 let choices = session.choices();
                 let client = self.model_client(&choices.model_key, choices.thought_level.as_deref())?;
-                let token = turn.token().clone();
-                // The same tools as the session's requests, so the summary request shares their prefix.
-                let offered = session.external_tools().map(|external| external.definitions());
-                let tools = offered.as_deref().unwrap_or(crate::tools::definitions_with(self.config.tools.fetch));
-                let compactor = Compactor { client: &client, events, cancel: &token, tools };
-                match compactor.compact(turn.conversation(), None).await {
-                    Compaction::Done { .. } => format!("Compacted {before} messages into a summary."),
-                    Compaction::NothingToDo => "There is nothing to compact yet.".to_owned(),
-                    Compaction::Cancelled => return Ok(StopReason::Cancelled),
-                    Compaction::Failed(error) => return Err(error),
+                match setup::compact(turn, &client, events, &self.config).await? {
+                    Some(reply) => reply,
+                    None => return Ok(StopReason::Cancelled),
                 }
             }
             CommandKind::Model => self.model_command(&session, arguments),
@@ -198,18 +185,8 @@ impl Server {
     }
 
     fn model_command(&self, session: &crate::session::Session, arguments: &str) -> String {
-        let current = session.choices().model_key;
         if arguments.is_empty() {
-            let list: Vec<String> = self
-                .config
-                .models
-                .values()
-                .map(|m| {
-                    let marker = if m.key == current { " (current)" } else { "" };
-                    format!("- `{}`: {} at {}{marker}", m.key, m.model, m.base_url)
-                })
-                .collect();
-            return format!("Configured models:\n{}\n\nSwitch with `/model <name>`.", list.join("\n"));
+            return setup::model_list(&self.config, &session.choices().model_key);
         }
         match self.switch_model(session, arguments) {
             Ok(name) => {
@@ -228,22 +205,14 @@ impl Server {
 
     fn mode_command(&self, session: &crate::session::Session, arguments: &str) -> String {
         if arguments.is_empty() {
-            let current = session.mode();
-            let list: Vec<String> = crate::permission::Mode::ALL
-                .iter()
-                .map(|m| {
-                    let marker = if *m == current { " (current)" } else { "" };
-                    format!("- `{}`: {}{marker}", m.id(), m.description())
-                })
-                .collect();
-            return format!("Modes:\n{}\n\nSwitch with `/mode <name>`.", list.join("\n"));
+            return setup::mode_list(session.mode());
         }
-        match options::parse_mode(arguments) {
+        match setup::parse_mode(arguments) {
             Ok(mode) => {
                 self.switch_mode(session, mode, true);
-                format!("Switched to {} mode: {}.", mode.name(), mode.description().to_lowercase())
+                setup::mode_switched(mode)
             }
-            Err(error) => error.message.trim_start_matches("Invalid params: ").to_owned(),
+            Err(message) => format!("{message}."),
         }
     }
 }

@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex};
 use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{AgentEvent, Compaction, Compactor, StopReason, Turn, TurnError, Workspace};
+use crate::agent::{AgentEvent, StopReason, Turn, TurnError, Workspace};
 use crate::commands::CommandKind;
 use crate::config::Config;
 use crate::fs_guard::Target;
@@ -78,15 +78,8 @@ pub struct SessionArgs {
     pub model: Option<String>,
     /// What lathe may do without asking: read-only, ask, accept-edits, auto
     /// or full-auto. Default: ask on a terminal, read-only otherwise.
-    #[arg(long, value_name = "MODE", value_parser = parse_mode)]
+    #[arg(long, value_name = "MODE", value_parser = setup::parse_mode)]
     pub mode: Option<Mode>,
-}
-
-fn parse_mode(id: &str) -> Result<Mode, String> {
-    Mode::from_id(id).ok_or_else(|| {
-        let known: Vec<&str> = Mode::ALL.iter().map(|m| m.id()).collect();
-        format!("unknown mode \"{id}\" (one of: {})", known.join(", "))
-    })
 }
 
 /// Why a session could not be opened; each is a usage error (exit 2).
@@ -381,23 +374,13 @@ impl Engine {
     ) -> Result<StopReason, TurnError> {
         let session = Arc::clone(turn.session());
         let reply = match kind {
-            CommandKind::Clear => {
-                turn.conversation().reset(Vec::new());
-                "Started a fresh conversation: the model no longer sees the earlier messages.".to_owned()
-            }
+            CommandKind::Clear => setup::clear(turn),
             CommandKind::Compact => {
-                let before = turn.conversation().messages().len();
                 let choices = session.choices();
                 let client = self.model_client(&choices.model_key, choices.thought_level.as_deref())?;
-                let token = turn.token().clone();
-                let offered = session.external_tools().map(|external| external.definitions());
-                let tools = offered.as_deref().unwrap_or(crate::tools::definitions_with(self.config.tools.fetch));
-                let compactor = Compactor { client: &client, events, cancel: &token, tools };
-                match compactor.compact(turn.conversation(), None).await {
-                    Compaction::Done { .. } => format!("Compacted {before} messages into a summary."),
-                    Compaction::NothingToDo => "There is nothing to compact yet.".to_owned(),
-                    Compaction::Cancelled => return Ok(StopReason::Cancelled),
-                    Compaction::Failed(error) => return Err(error),
+                match setup::compact(turn, &client, events, &self.config).await? {
+                    Some(reply) => reply,
+                    None => return Ok(StopReason::Cancelled),
                 }
             }
             CommandKind::Model => self.model_command(&session, arguments),
@@ -420,18 +403,8 @@ impl Engine {
     }
 
     fn model_command(&self, session: &Session, arguments: &str) -> String {
-        let current = session.choices().model_key;
         if arguments.is_empty() {
-            let list: Vec<String> = self
-                .config
-                .models
-                .values()
-                .map(|m| {
-                    let marker = if m.key == current { " (current)" } else { "" };
-                    format!("- `{}`: {} at {}{marker}", m.key, m.model, m.base_url)
-                })
-                .collect();
-            return format!("Configured models:\n{}\n\nSwitch with `/model <name>`.", list.join("\n"));
+            return setup::model_list(&self.config, &session.choices().model_key);
         }
         match self.config.models.get(arguments) {
             Some(model) => {
@@ -448,21 +421,13 @@ impl Engine {
 
     fn mode_command(&self, session: &Session, arguments: &str) -> String {
         if arguments.is_empty() {
-            let current = session.mode();
-            let list: Vec<String> = Mode::ALL
-                .iter()
-                .map(|m| {
-                    let marker = if *m == current { " (current)" } else { "" };
-                    format!("- `{}`: {}{marker}", m.id(), m.description())
-                })
-                .collect();
-            return format!("Modes:\n{}\n\nSwitch with `/mode <name>`.", list.join("\n"));
+            return setup::mode_list(session.mode());
         }
-        match parse_mode(arguments) {
+        match setup::parse_mode(arguments) {
             Ok(mode) => {
                 session.set_mode(mode);
                 self.save_meta(session);
-                format!("Switched to {} mode: {}.", mode.name(), mode.description().to_lowercase())
+                setup::mode_switched(mode)
             }
             Err(message) => format!("{message}."),
         }

@@ -965,14 +965,14 @@ mod tests {
             <body><nav><a href="/">Home</a> <a href="/docs">Docs</a></nav>
             <main><h1>Install</h1><p>See <a href="https://example.com/docs?a=1&amp;b=2">the docs</a>.</p>
             <pre><code class="language-rust">fn main() {
-    println!("hi");
+    greet("hi");
 }
 </code></pre></main><footer>Copyright</footer></body></html>"#;
         let (title, text) = html_to_markdown(html);
         assert_eq!(title.as_deref(), Some("The Guide"));
         assert!(text.starts_with("# Install"), "{text}");
         assert!(text.contains("[the docs](https://example.com/docs?a=1&b=2)"), "{text}");
-        assert!(text.contains("```rust\nfn main() {\n    println!(\"hi\");\n}\n```"), "{text}");
+        assert!(text.contains("```rust\nfn main() {\n    greet(\"hi\");\n}\n```"), "{text}");
         for dropped in ["Home", "Docs", "Copyright", "alert", "color"] {
             assert!(!text.contains(dropped), "{dropped} dropped: {text}");
         }
