@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::acp_client::{AgentProcess, handshake, prompt};
+use crate::support::acp_client::{AgentProcess, handshake, prompt, seen};
 use crate::support::harness::Harness;
 use crate::support::mock_openai::{
     MockOpenAi, Reply, Step, ev_finish, ev_reasoning, ev_role, ev_text, ev_tool_call_args, ev_tool_call_start,
@@ -39,37 +39,6 @@ async fn initialize(agent: &mut AgentProcess) {
 /// The `update`s of the `session/update`s among `messages`.
 fn updates(messages: &[Value]) -> Vec<Value> {
     messages.iter().filter(|m| m["method"] == "session/update").map(|m| m["params"]["update"].clone()).collect()
-}
-
-/// The conversation a user saw, text chunks of one message joined (state
-/// updates left out): what a replay must show, however it was chunked.
-fn seen(messages: &[Value]) -> Vec<Value> {
-    let mut out: Vec<Value> = Vec::new();
-    for update in updates(messages) {
-        let kind = update["sessionUpdate"].as_str().unwrap_or_default().to_owned();
-        if matches!(
-            kind.as_str(),
-            "available_commands_update"
-                | "usage_update"
-                | "session_info_update"
-                | "config_option_update"
-                | "current_mode_update"
-        ) {
-            continue;
-        }
-        if let Some(last) = out.last_mut()
-            && kind.ends_with("_chunk")
-            && last["sessionUpdate"] == kind
-            && last["messageId"] == update["messageId"]
-        {
-            let joined =
-                format!("{}{}", last["content"]["text"].as_str().unwrap(), update["content"]["text"].as_str().unwrap());
-            last["content"]["text"] = json!(joined);
-            continue;
-        }
-        out.push(update);
-    }
-    out
 }
 
 /// Issue 16: a newer lathe reads an older journal. The session in

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::acp_client::{agent_text, answer_at, prompt, updates_of_kind};
+use crate::support::acp_client::{agent_text, answer_at, prompt, seen, updates_of_kind};
 use crate::support::clock::poll_until;
 use crate::support::editor::{FakeEditor, Permission};
 use crate::support::harness::Harness;
@@ -19,38 +19,6 @@ const WAIT: Duration = Duration::from_secs(5);
 async fn initialize(h: &mut Harness) -> Value {
     let id = h.agent.request("initialize", json!({"protocolVersion": 1})).await;
     h.agent.response(id).await.1
-}
-
-/// The conversation-carrying updates of a transcript, text chunks of one
-/// message joined: what a user would see, whatever the chunking.
-fn seen(messages: &[Value]) -> Vec<Value> {
-    let mut out: Vec<Value> = Vec::new();
-    for message in messages.iter().filter(|m| m["method"] == "session/update") {
-        let update = message["params"]["update"].clone();
-        let kind = update["sessionUpdate"].as_str().unwrap_or_default().to_owned();
-        if matches!(
-            kind.as_str(),
-            "available_commands_update"
-                | "usage_update"
-                | "session_info_update"
-                | "config_option_update"
-                | "current_mode_update"
-        ) {
-            continue;
-        }
-        if let Some(last) = out.last_mut()
-            && kind.ends_with("_chunk")
-            && last["sessionUpdate"] == kind
-            && last["messageId"] == update["messageId"]
-        {
-            let joined =
-                format!("{}{}", last["content"]["text"].as_str().unwrap(), update["content"]["text"].as_str().unwrap());
-            last["content"]["text"] = json!(joined);
-            continue;
-        }
-        out.push(update);
-    }
-    out
 }
 
 /// Kill the binary mid-turn (SIGKILL: nothing is flushed or closed), start

@@ -686,6 +686,38 @@ pub async fn prompt(agent: &mut Agent, session_id: &str, text: &str) -> i64 {
         .await
 }
 
+/// The conversation-carrying updates of a transcript, text chunks of one
+/// message joined: what a user would see, whatever the chunking.
+pub fn seen(messages: &[Value]) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::new();
+    for message in messages.iter().filter(|m| m["method"] == "session/update") {
+        let update = message["params"]["update"].clone();
+        let kind = update["sessionUpdate"].as_str().unwrap_or_default().to_owned();
+        if matches!(
+            kind.as_str(),
+            "available_commands_update"
+                | "usage_update"
+                | "session_info_update"
+                | "config_option_update"
+                | "current_mode_update"
+        ) {
+            continue;
+        }
+        if let Some(last) = out.last_mut()
+            && kind.ends_with("_chunk")
+            && last["sessionUpdate"] == kind
+            && last["messageId"] == update["messageId"]
+        {
+            let joined =
+                format!("{}{}", last["content"]["text"].as_str().unwrap(), update["content"]["text"].as_str().unwrap());
+            last["content"]["text"] = json!(joined);
+            continue;
+        }
+        out.push(update);
+    }
+    out
+}
+
 /// The `update` objects (`params.update`) of the `session/update`
 /// notifications among `messages` whose `sessionUpdate` is `kind`, in order.
 pub fn updates_of_kind<'a>(messages: &'a [Value], kind: &str) -> Vec<&'a Value> {
