@@ -8,19 +8,13 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use crate::support::acp_client::{Agent, agent_text, final_status, prompt, updates_of_kind};
+use crate::support::acp_client::{Agent, agent_text, final_status, initialize, prompt, updates_of_kind};
 use crate::support::editor::FakeEditor;
 use crate::support::harness::Harness;
 use crate::support::mock_openai::{Reply, Step, ev_role, ev_text, text_reply, tool_call_reply};
 
 async fn set_mode(agent: &mut Agent, session: &str, mode: &str) {
     let id = agent.request("session/set_mode", json!({"sessionId": session, "modeId": mode})).await;
-    let (_, response) = agent.response(id).await;
-    assert!(response.get("result").is_some(), "{response}");
-}
-
-async fn initialize(agent: &mut Agent) {
-    let id = agent.request("initialize", json!({"protocolVersion": 1})).await;
     let (_, response) = agent.response(id).await;
     assert!(response.get("result").is_some(), "{response}");
 }
@@ -270,7 +264,7 @@ async fn undo_across_a_restart_and_the_replay_shows_it() {
 
     h.restart().await;
     let load = json!({"sessionId": session, "cwd": h.project, "mcpServers": []});
-    initialize(&mut h.agent).await;
+    initialize(&mut h.agent, json!({})).await;
     let id = h.agent.request("session/load", load.clone()).await;
     let (_, response) = h.agent.response(id).await;
     assert!(response.get("result").is_some(), "{response}");
@@ -281,7 +275,7 @@ async fn undo_across_a_restart_and_the_replay_shows_it() {
     assert!(agent_text(&messages).contains("The model no longer sees that turn"));
 
     h.restart().await;
-    initialize(&mut h.agent).await;
+    initialize(&mut h.agent, json!({})).await;
     let id = h.agent.request("session/load", load).await;
     let (replay, _) = h.agent.response(id).await;
     let titles: Vec<&str> = updates_of_kind(&replay, "tool_call").iter().filter_map(|u| u["title"].as_str()).collect();

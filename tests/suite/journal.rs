@@ -31,9 +31,8 @@ fn copy_dir(from: &Path, to: &Path) {
 }
 
 async fn initialize(agent: &mut AgentProcess) {
-    let id = agent.request("initialize", json!({"protocolVersion": 1})).await;
-    let (_, response) = agent.response(id).await;
-    assert_eq!(response["result"]["agentCapabilities"]["loadSession"], true, "{response}");
+    let result = crate::support::acp_client::initialize(agent, json!({})).await;
+    assert_eq!(result["agentCapabilities"]["loadSession"], true, "{result}");
 }
 
 /// The `update`s of the `session/update`s among `messages`.

@@ -14,7 +14,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
-use crate::support::acp_client::{AgentProcess, DEFAULT_TIMEOUT, agent_text, handshake, prompt, updates_of_kind};
+use crate::support::acp_client::{
+    AgentProcess, DEFAULT_TIMEOUT, agent_text, handshake, initialize, prompt, updates_of_kind,
+};
 use crate::support::mock_openai::{
     MockOpenAi, Reply, Step, ev_finish, ev_reasoning, ev_role, ev_text, ev_usage, text_reply, tool_call_reply,
     tool_result,
@@ -302,13 +304,7 @@ async fn a_session_from_exec_loads_in_an_editor_and_an_editors_session_resumes_i
 
     // Listed and loaded over ACP, its history replayed.
     let mut agent = term.agent();
-    let id = agent
-        .request(
-            "initialize",
-            json!({"protocolVersion": 1, "clientCapabilities": {}, "clientInfo": {"name": "t", "version": "0"}}),
-        )
-        .await;
-    agent.response(id).await;
+    initialize(&mut agent, json!({})).await;
     let id = agent.request("session/list", json!({"cwd": term.project})).await;
     let (_, listed) = agent.response(id).await;
     assert_eq!(listed["result"]["sessions"][0]["sessionId"], from_exec.as_str(), "{listed}");
@@ -418,13 +414,7 @@ async fn sigint_cancels_the_turn_saves_the_session_and_leaves_no_child() {
     let sessions = term.saved_sessions();
     assert_eq!(sessions.len(), 1);
     let mut agent = term.agent();
-    let id = agent
-        .request(
-            "initialize",
-            json!({"protocolVersion": 1, "clientCapabilities": {}, "clientInfo": {"name": "t", "version": "0"}}),
-        )
-        .await;
-    agent.response(id).await;
+    initialize(&mut agent, json!({})).await;
     let id =
         agent.request("session/load", json!({"sessionId": sessions[0], "cwd": term.project, "mcpServers": []})).await;
     let (replay, loaded) = agent.response(id).await;

@@ -636,10 +636,9 @@ fn is_response_to(message: &Value, id: i64) -> bool {
         && (message.get("result").is_some() || message.get("error").is_some())
 }
 
-/// Sends `initialize` (protocol version 1, `client_capabilities`) and then
-/// `session/new` for `cwd` with no MCP servers; returns the session id.
-/// Panics if either call fails.
-pub async fn handshake(agent: &mut Agent, client_capabilities: Value, cwd: &Path) -> String {
+/// Sends `initialize` (protocol version 1, `client_capabilities`); returns
+/// its result. Panics if it fails.
+pub async fn initialize(agent: &mut Agent, client_capabilities: Value) -> Value {
     let id = agent
         .request(
             "initialize",
@@ -651,11 +650,17 @@ pub async fn handshake(agent: &mut Agent, client_capabilities: Value, cwd: &Path
         )
         .await;
     let (_, response) = agent.response(id).await;
-    assert!(
-        response.get("result").is_some(),
-        "initialize failed: {response}\n--- agent stderr ---\n{}",
-        agent.stderr()
-    );
+    match response.get("result") {
+        Some(result) => result.clone(),
+        None => panic!("initialize failed: {response}\n--- agent stderr ---\n{}", agent.stderr()),
+    }
+}
+
+/// Sends `initialize` (protocol version 1, `client_capabilities`) and then
+/// `session/new` for `cwd` with no MCP servers; returns the session id.
+/// Panics if either call fails.
+pub async fn handshake(agent: &mut Agent, client_capabilities: Value, cwd: &Path) -> String {
+    initialize(agent, client_capabilities).await;
 
     let id = agent.request("session/new", json!({"cwd": cwd, "mcpServers": []})).await;
     let (_, response) = agent.response(id).await;
