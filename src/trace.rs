@@ -209,11 +209,17 @@ pub fn agent_message(line: &[u8]) {
 
 /// A request to a model server, as it goes out.
 pub fn model_request(request: &reqwest::Request) {
+    model_request_with_body(request, request.body().and_then(reqwest::Body::as_bytes));
+}
+
+/// A request to a model server whose body is a stream: `body` is what the
+/// stream holds.
+pub fn model_request_with_body(request: &reqwest::Request, body: Option<&[u8]>) {
     record(Direction::ToModel, || Payload::HttpRequest {
         method: request.method().to_string(),
         url: request.url().to_string(),
         headers: request.headers().iter().map(|(n, v)| (n.to_string(), v.as_bytes().to_vec())).collect(),
-        body: request.body().and_then(reqwest::Body::as_bytes).map(<[u8]>::to_vec),
+        body: body.map(<[u8]>::to_vec),
     });
 }
 

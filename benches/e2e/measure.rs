@@ -941,6 +941,14 @@ fn memory(opts: &Options, report: &mut Report) {
     let mut at_first = Vec::new();
     let mut at_last = Vec::new();
     let mut growth = Vec::new();
+    // Where the memory is: the process's own (heap, stacks) or mapped from
+    // the binary and its libraries (code the process has run).
+    let mut idle_anon = Vec::new();
+    let mut idle_file = Vec::new();
+    let mut big_anon = Vec::new();
+    let mut big_file = Vec::new();
+    let mut growth_anon = Vec::new();
+    let mut growth_file = Vec::new();
     for _ in 0..opts.memory_runs {
         let fire = Firehose::start();
         let home = Home::new(&fire.base_url());
@@ -950,12 +958,16 @@ fn memory(opts: &Options, report: &mut Report) {
         let idle = procfs::rss(agent.pid());
         idle_peak.push(mib(idle.peak_kib));
         idle_now.push(mib(idle.current_kib));
+        idle_anon.push(mib(idle.anon_kib));
+        idle_file.push(mib(idle.file_kib));
 
         let session = agent.new_session(&home.project);
         firehose_turn(&mut agent, &fire, &session, opts.memory_big_turn, None);
         let big = procfs::rss(agent.pid());
         big_peak.push(mib(big.peak_kib));
         big_now.push(mib(big.current_kib));
+        big_anon.push(mib(big.anon_kib));
+        big_file.push(mib(big.file_kib));
 
         for _ in 0..opts.memory_sessions {
             let session = agent.new_session(&home.project);
@@ -966,17 +978,20 @@ fn memory(opts: &Options, report: &mut Report) {
         sessions_peak.push(mib(sessions.peak_kib));
 
         let session = agent.new_session(&home.project);
-        let mut rss_first = 0;
+        let mut rss_first = None;
         for turn in 1..=last {
             firehose_turn(&mut agent, &fire, &session, 10, None);
             if turn == first {
-                rss_first = procfs::rss(agent.pid()).current_kib;
+                rss_first = Some(procfs::rss(agent.pid()));
             }
         }
-        let rss_last = procfs::rss(agent.pid()).current_kib;
-        at_first.push(mib(rss_first));
-        at_last.push(mib(rss_last));
-        growth.push(rss_last as f64 - rss_first as f64);
+        let rss_first = rss_first.unwrap_or_else(|| panic!("turn {first} is past turn {last}"));
+        let rss_last = procfs::rss(agent.pid());
+        at_first.push(mib(rss_first.current_kib));
+        at_last.push(mib(rss_last.current_kib));
+        growth.push(rss_last.current_kib as f64 - rss_first.current_kib as f64);
+        growth_anon.push(rss_last.anon_kib as f64 - rss_first.anon_kib as f64);
+        growth_file.push(rss_last.file_kib as f64 - rss_first.file_kib as f64);
     }
     let sessions = opts.memory_sessions;
     let big = opts.memory_big_turn;
@@ -984,10 +999,19 @@ fn memory(opts: &Options, report: &mut Report) {
         Figure::new("memory.idle_peak_mib", "Memory: peak RSS (VmHWM) idle after `initialize`", "MiB", idle_peak)
             .at_most(Stat::Max, 10.0),
         Figure::new("memory.idle_rss_mib", "Memory: RSS (VmRSS) idle after `initialize`", "MiB", idle_now),
+        Figure::new("memory.idle_anon_mib", "Memory: of which its own (RssAnon), idle", "MiB", idle_anon),
+        Figure::new("memory.idle_file_mib", "Memory: of which mapped from files (RssFile), idle", "MiB", idle_file),
         Figure::new("memory.big_turn_peak_mib", &format!("Memory: peak RSS after a {big}-delta turn"), "MiB", big_peak)
             .at_most(Stat::Median, 14.7)
             .at_most(Stat::Max, 20.0),
         Figure::new("memory.big_turn_rss_mib", &format!("Memory: RSS after a {big}-delta turn"), "MiB", big_now),
+        Figure::new("memory.big_turn_anon_mib", "Memory: of which its own (RssAnon), after that turn", "MiB", big_anon),
+        Figure::new(
+            "memory.big_turn_file_mib",
+            "Memory: of which mapped from files (RssFile), after that turn",
+            "MiB",
+            big_file,
+        ),
         Figure::new(
             "memory.sessions_peak_mib",
             &format!("Memory: peak RSS after {sessions} more sessions"),
@@ -1019,6 +1043,8 @@ fn memory(opts: &Options, report: &mut Report) {
             growth,
         )
         .at_most(Stat::Max, 1024.0),
+        Figure::new("memory.turns_growth_anon_kib", "Memory: of which its own (RssAnon)", "KiB", growth_anon),
+        Figure::new("memory.turns_growth_file_kib", "Memory: of which mapped from files (RssFile)", "KiB", growth_file),
     ]);
     report.notes.push(format!(
         "Memory: one agent process per run; VmRSS/VmHWM from /proc/<pid>/status. Idle is read 100 ms after the \

@@ -24,13 +24,21 @@ pub struct Rss {
     pub current_kib: u64,
     /// `VmHWM`: the peak since the process started.
     pub peak_kib: u64,
+    /// `RssAnon`: the part of `VmRSS` that is the process's own memory (heap,
+    /// stacks, relocated data).
+    pub anon_kib: u64,
+    /// `RssFile`: the part of `VmRSS` mapped from files (the binary's code and
+    /// read-only data, shared libraries).
+    pub file_kib: u64,
 }
 
 /// The memory of `pid` now; panics if the process is gone.
 pub fn rss(pid: u32) -> Rss {
     let current_kib = status_kib(pid, "VmRSS").unwrap_or_else(|| panic!("no VmRSS for pid {pid}"));
     let peak_kib = status_kib(pid, "VmHWM").unwrap_or_else(|| panic!("no VmHWM for pid {pid}"));
-    Rss { current_kib, peak_kib }
+    let anon_kib = status_kib(pid, "RssAnon").unwrap_or_else(|| panic!("no RssAnon for pid {pid}"));
+    let file_kib = status_kib(pid, "RssFile").unwrap_or_else(|| panic!("no RssFile for pid {pid}"));
+    Rss { current_kib, peak_kib, anon_kib, file_kib }
 }
 
 /// One process as `/proc/<pid>/stat` and `cmdline` describe it.

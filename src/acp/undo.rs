@@ -69,7 +69,11 @@ impl Server {
                     update: InfoUpdate {
                         session_update: "session_info_update",
                         meta: LatheMeta {
-                            lathe: CheckpointList { checkpoints: checkpoint::Described { turns, cwd: &cwd }, can_redo },
+                            lathe: CheckpointList {
+                                checkpoints: checkpoint::Described { turns: newest(turns), cwd: &cwd },
+                                total: turns.len(),
+                                can_redo,
+                            },
                         },
                     },
                 };
@@ -114,7 +118,21 @@ struct LatheMeta<'a> {
 #[serde(rename_all = "camelCase")]
 struct CheckpointList<'a> {
     checkpoints: checkpoint::Described<'a>,
+    /// Every undoable turn, listed or not.
+    total: usize,
     can_redo: bool,
+}
+
+/// How many turns the list sent to the editor names: the newest. It is sent
+/// after every turn, so the whole list would make a session's traffic grow
+/// with the square of its turns (130 KB per turn at 1,000 turns); `/undo`
+/// takes back one turn at a time, newest first, and `/checkpoints` lists
+/// them all.
+const CHECKPOINTS_SENT: usize = 50;
+
+/// The newest [`CHECKPOINTS_SENT`] of `turns` (oldest first, as given).
+fn newest(turns: &[checkpoint::TurnRecord]) -> &[checkpoint::TurnRecord] {
+    &turns[turns.len().saturating_sub(CHECKPOINTS_SENT)..]
 }
 
 /// Shows an undo or redo as a tool call with a diff per file.
@@ -170,7 +188,7 @@ mod tests {
     use agent_client_protocol_schema::v1::{SessionId, SessionInfoUpdate, SessionNotification, SessionUpdate};
     use serde_json::json;
 
-    use super::{CheckpointList, CheckpointsUpdate, InfoUpdate, LatheMeta};
+    use super::{CHECKPOINTS_SENT, CheckpointList, CheckpointsUpdate, InfoUpdate, LatheMeta, newest};
     use crate::checkpoint::{Blob, Described, FileEntry, TurnRecord};
     use crate::rpc::encode_notification;
 
@@ -180,6 +198,7 @@ mod tests {
         let list: Vec<serde_json::Value> = turns
             .iter()
             .rev()
+            .take(CHECKPOINTS_SENT)
             .map(|turn| {
                 let files: Vec<serde_json::Value> = turn
                     .files
@@ -204,11 +223,11 @@ mod tests {
                 json!({"turn": turn.number, "prompt": turn.prompt, "startedAt": turn.started_at, "files": files})
             })
             .collect();
-        json!({ "checkpoints": list, "canRedo": can_redo })
+        json!({ "checkpoints": list, "total": turns.len(), "canRedo": can_redo })
     }
 
     #[test]
-    fn the_checkpoint_list_is_the_json_it_was_as_a_value() {
+    fn the_checkpoint_list_is_the_json_it_was_as_a_value_with_the_newest_turns() {
         let blob = |n: u64| Some(Blob { sha256: format!("{n:064x}"), len: n });
         let entry = |path: &str, before, after, not_saved: Option<&str>| FileEntry {
             path: PathBuf::from(path),
@@ -216,7 +235,7 @@ mod tests {
             after,
             not_saved: not_saved.map(str::to_owned),
         };
-        let turns = [
+        let mut turns = vec![
             TurnRecord {
                 number: 1,
                 prompt: "first \"quoted\"".to_owned(),
@@ -241,7 +260,12 @@ mod tests {
         ];
         let cwd = Path::new("/w");
         let session_id = SessionId::new("s1");
-        for (turns, can_redo) in [(&turns[..], true), (&turns[..], false), (&turns[..0], true)] {
+        let many: Vec<TurnRecord> = (3..=CHECKPOINTS_SENT as u64 + 20)
+            .map(|number| TurnRecord { number, prompt: format!("turn {number}"), ..turns[1].clone() })
+            .collect();
+        let short = turns.clone();
+        turns.extend(many);
+        for (turns, can_redo) in [(&short[..], true), (&short[..], false), (&short[..0], true), (&turns[..], false)] {
             let serde_json::Value::Object(meta) = json!({ "lathe": as_value(turns, cwd, can_redo) }) else {
                 unreachable!("an object")
             };
@@ -252,7 +276,13 @@ mod tests {
                 session_id: &session_id,
                 update: InfoUpdate {
                     session_update: "session_info_update",
-                    meta: LatheMeta { lathe: CheckpointList { checkpoints: Described { turns, cwd }, can_redo } },
+                    meta: LatheMeta {
+                        lathe: CheckpointList {
+                            checkpoints: Described { turns: newest(turns), cwd },
+                            total: turns.len(),
+                            can_redo,
+                        },
+                    },
                 },
             };
             let now = encode_notification("session/update", &now).unwrap();

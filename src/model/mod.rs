@@ -494,8 +494,10 @@ impl ModelClient {
     }
 
     async fn open(&self, request: &ChatRequest<'_>) -> Result<ResponseStream, ModelError> {
-        let body =
-            serde_json::to_vec(request).map_err(|err| ModelError::Request(format!("cannot encode it: {err}")))?;
+        let mut body = BodyPieces::default();
+        serde_json::to_writer(&mut body, request)
+            .map_err(|err| ModelError::Request(format!("cannot encode it: {err}")))?;
+        let traced_body = crate::trace::enabled().then(|| body.joined());
         let http_request = self
             .upstream
             .http
@@ -503,11 +505,76 @@ impl ModelClient {
             .query(&self.openai.query())
             .headers(self.openai.headers())
             .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body)
+            // Its exact length, so the request is sent as one body of that
+            // length (as every server expects), not chunked.
+            .header(reqwest::header::CONTENT_LENGTH, body.len)
+            .body(body.into_body())
             .build()
             .map_err(|err| ModelError::Request(format!("cannot build it: {err}")))?;
-        let response = self.upstream.send(http_request).await?;
+        let response = self.upstream.send(http_request, traced_body.as_deref()).await?;
         Ok(ResponseStream::new(response, self.stream_idle_timeout))
+    }
+}
+
+/// The size of the pieces a request body is encoded into.
+const BODY_PIECE_BYTES: usize = 16 * 1024;
+
+/// A request body encoded into pieces of [`BODY_PIECE_BYTES`], not one
+/// buffer. A chat request carries the whole conversation, so one buffer
+/// would grow with every turn (130 KB at 1,000 short turns), and glibc's
+/// arenas kept each turn's new high-water mark resident; pieces of one size
+/// are reused turn after turn.
+#[derive(Default)]
+struct BodyPieces {
+    /// The full pieces, in order.
+    full: Vec<Vec<u8>>,
+    /// The piece being written.
+    current: Vec<u8>,
+    /// All bytes written.
+    len: usize,
+}
+
+impl BodyPieces {
+    fn into_pieces(mut self) -> Vec<Vec<u8>> {
+        if !self.current.is_empty() {
+            self.full.push(self.current);
+        }
+        self.full
+    }
+
+    /// The whole body in one buffer (for the trace).
+    fn joined(&self) -> Vec<u8> {
+        let mut joined = self.full.concat();
+        joined.extend_from_slice(&self.current);
+        joined
+    }
+
+    fn into_body(self) -> reqwest::Body {
+        let pieces = self.into_pieces().into_iter().map(Ok::<_, std::convert::Infallible>);
+        reqwest::Body::wrap_stream(futures_util::stream::iter(pieces))
+    }
+}
+
+impl std::io::Write for BodyPieces {
+    fn write(&mut self, mut bytes: &[u8]) -> std::io::Result<usize> {
+        let written = bytes.len();
+        while !bytes.is_empty() {
+            if self.current.len() == BODY_PIECE_BYTES {
+                self.full.push(std::mem::take(&mut self.current));
+            }
+            if self.current.capacity() == 0 {
+                self.current.reserve_exact(BODY_PIECE_BYTES);
+            }
+            let (now, rest) = bytes.split_at((BODY_PIECE_BYTES - self.current.len()).min(bytes.len()));
+            self.current.extend_from_slice(now);
+            bytes = rest;
+        }
+        self.len += written;
+        Ok(written)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -659,9 +726,15 @@ impl UpstreamService {
             .map_err(|err| ModelError::InvalidResponse(format!("a JSON body that does not parse: {err}")))
     }
 
-    async fn send(&self, mut request: reqwest::Request) -> Result<reqwest::Response, ModelError> {
+    /// Sends a streamed chat request; `traced_body` is its body for the
+    /// trace, when one is written (the request's own body is a stream).
+    async fn send(
+        &self,
+        mut request: reqwest::Request,
+        traced_body: Option<&[u8]>,
+    ) -> Result<reqwest::Response, ModelError> {
         drop_empty_bearer(&mut request);
-        crate::trace::model_request(&request);
+        crate::trace::model_request_with_body(&request, traced_body);
         let url = crate::trace::enabled().then(|| request.url().to_string());
         let failed = |error: ModelError| {
             if let Some(url) = &url {
@@ -814,6 +887,22 @@ mod tests {
         let wait = parse_retry_after(&in_a_minute).unwrap();
         assert!(wait > Duration::from_secs(55) && wait <= Duration::from_secs(60), "{wait:?}");
         assert_eq!(parse_retry_after("soon"), None);
+    }
+
+    #[test]
+    fn a_body_in_pieces_holds_the_same_bytes_in_pieces_of_one_size() {
+        let value = serde_json::json!({"messages": [{"content": "é".repeat(20_000)}, {"content": "x".repeat(9_000)}]});
+        let whole = serde_json::to_vec(&value).unwrap();
+        let mut body = BodyPieces::default();
+        serde_json::to_writer(&mut body, &value).unwrap();
+        assert_eq!(body.len, whole.len());
+        assert_eq!(body.joined(), whole);
+        let pieces = body.into_pieces();
+        assert_eq!(pieces.len(), whole.len().div_ceil(BODY_PIECE_BYTES));
+        assert!(pieces.iter().rev().skip(1).all(|piece| piece.len() == BODY_PIECE_BYTES));
+        assert!(pieces.iter().all(|piece| piece.capacity() == BODY_PIECE_BYTES), "no piece grew past its size");
+        assert_eq!(pieces.concat(), whole);
+        assert!(BodyPieces::default().into_pieces().is_empty());
     }
 
     #[test]

@@ -81,6 +81,31 @@ async fn a_dropped_stream_keeps_the_partial_answer() {
     assert!(history[2]["content"].as_str().unwrap().starts_with("half an ans"), "{history}");
 }
 
+/// A request body is built in pieces (so a long conversation's body is not
+/// one buffer that grows every turn) but sent as one body of its exact
+/// length: servers are not all ready for a chunked request.
+#[tokio::test]
+async fn a_long_request_is_sent_with_its_exact_length_not_chunked() {
+    let mut h = Harness::start().await;
+    let session = h.session().await;
+    let long = "forty thousand bytes of prompt ".repeat(1_300);
+    for text in [long.as_str(), "short"] {
+        h.mock.push(text_reply("ok"));
+        let id = prompt(&mut h.agent, &session, text).await;
+        let (_, response) = h.agent.response(id).await;
+        assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    }
+    let requests = h.mock.requests();
+    assert_eq!(requests.len(), 2);
+    for request in &requests {
+        assert_eq!(request.header("transfer-encoding"), None, "{:?}", request.headers);
+        assert_eq!(request.header("content-length"), Some(request.raw_body.len().to_string().as_str()));
+        assert!(request.body.is_object(), "the body parses: {}", request.raw_body);
+    }
+    assert!(requests[1].raw_body.len() > 2 * 16 * 1024, "the body spans several pieces");
+    assert_eq!(requests[1].body["messages"][1]["content"], long.as_str());
+}
+
 /// A stream that goes silent mid-answer ends the prompt once it has been
 /// silent for `stream_idle_timeout_secs` (300 s by default), not a
 /// millisecond before.
