@@ -309,7 +309,7 @@ impl Turn<'_> {
                 text: output.text,
                 reasoning: output.reasoning,
                 reasoning_field: output.reasoning_field,
-                reasoning_details: output.reasoning_details,
+                reasoning_details: output.reasoning_details.map(Box::new),
                 tool_calls: output.tool_calls,
                 interrupted: false,
             });
@@ -1160,7 +1160,7 @@ fn keep_interrupted(conversation: &mut Conversation, partial: Option<StreamDecod
                 text: output.text,
                 reasoning: output.reasoning,
                 reasoning_field: output.reasoning_field,
-                reasoning_details: output.reasoning_details,
+                reasoning_details: output.reasoning_details.map(Box::new),
                 tool_calls: Vec::new(),
                 interrupted: true,
             }

@@ -61,8 +61,10 @@ pub enum Message {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reasoning_field: Option<ReasoningField>,
         /// OpenRouter's `reasoning_details`, kept verbatim to be sent back.
+        /// Boxed: a `Value` is 72 bytes and almost every message has none,
+        /// and a long session keeps thousands of messages.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        reasoning_details: Option<serde_json::Value>,
+        reasoning_details: Option<Box<serde_json::Value>>,
         /// Tool calls the model made.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         tool_calls: Vec<ToolCallRequest>,

@@ -266,7 +266,7 @@ impl<'a> WireMessage<'a> {
                     },
                     reasoning_content,
                     reasoning,
-                    reasoning_details: details,
+                    reasoning_details: details.map(|details| &**details),
                     tool_calls: tool_calls
                         .iter()
                         .map(|call| WireToolCall {
