@@ -246,7 +246,7 @@ impl<'a> WireMessage<'a> {
                 let (mut reasoning_content, mut reasoning, mut details) = (None, None, None);
                 if send_reasoning {
                     match (reasoning_details, reasoning_field.or(latest_field.filter(|_| !tool_calls.is_empty()))) {
-                        (Some(verbatim), _) => details = Some(verbatim),
+                        (Some(verbatim), _) => details = Some(&**verbatim),
                         (None, Some(ReasoningField::ReasoningContent)) => {
                             reasoning_content = Some(reasoning_text.as_str())
                         }
@@ -266,7 +266,7 @@ impl<'a> WireMessage<'a> {
                     },
                     reasoning_content,
                     reasoning,
-                    reasoning_details: details.map(|details| &**details),
+                    reasoning_details: details,
                     tool_calls: tool_calls
                         .iter()
                         .map(|call| WireToolCall {
