@@ -37,6 +37,15 @@ pub async fn blocking<T: Send + 'static>(
     }
 }
 
+/// Writes what the session's last turn left to its checkpoints (see
+/// [`Checkpoints::finish_turn`]): called once the turn has been answered,
+/// so the answer never waits on the disk.
+pub async fn persist(session: &Session) {
+    if let Some(checkpoints) = session.checkpoints() {
+        blocking(checkpoints, Checkpoints::persist).await;
+    }
+}
+
 /// A turn being checkpointed: started with [`TurnRecording::begin`] before
 /// the turn runs, its tools given [`TurnRecording::host`], ended with
 /// [`TurnRecording::finish`].
@@ -67,7 +76,8 @@ impl TurnRecording {
         RecordingHost::new(inner, Arc::clone(&self.checkpoints), self.roots.clone())
     }
 
-    /// The turn ended: its checkpoint is kept, or dropped when the session
+    /// The turn ended: its checkpoint is kept (written by [`persist`] once
+    /// the turn is answered), or dropped when the session
     /// is still only in memory (the model never answered, so nothing of the
     /// turn ran, and the session must leave nothing on disk: issue 13).
     /// Whether the undoable turns changed (a front end may show them again).

@@ -68,6 +68,9 @@ impl Server {
             // close, a list) reaches the store's writer after it.
             server.save_meta(&session);
             server.outbox.respond(&id, response);
+            // After the answer: the disk must not hold up a cancel's
+            // `cancelled`. Still inside the task, so shutdown waits for it.
+            crate::undo::persist(&session).await;
         });
     }
 

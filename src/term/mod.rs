@@ -307,6 +307,7 @@ impl Engine {
         let usage = turn.conversation().turn_usage.take();
         drop(turn);
         self.save_meta(session);
+        crate::undo::persist(session).await;
         let result = match result {
             _ if cancelled => Ok(StopReason::Cancelled),
             other => other,
