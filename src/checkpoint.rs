@@ -44,6 +44,7 @@ use std::collections::{HashMap, HashSet};
 use std::io::Write as _;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
@@ -250,6 +251,10 @@ pub struct Checkpoints {
     excluded: Vec<PathBuf>,
     max_bytes: u64,
     state: Mutex<State>,
+    /// The session was deleted: nothing is written any more (a write would
+    /// bring its folder back). Set under the state lock, so no write is
+    /// under way once [`Checkpoints::discard`] returns.
+    discarded: AtomicBool,
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -270,11 +275,24 @@ impl Checkpoints {
     /// Checkpoints kept in `dir` (created when first needed), at most
     /// `max_bytes` of saved content. What lies under `excluded` is never scanned.
     pub fn new(dir: PathBuf, excluded: Vec<PathBuf>, max_bytes: u64) -> Checkpoints {
-        Checkpoints { dir, excluded, max_bytes, state: Mutex::new(State::default()) }
+        Checkpoints { dir, excluded, max_bytes, state: Mutex::new(State::default()), discarded: AtomicBool::new(false) }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
         crate::sync::lock(&self.state)
+    }
+
+    /// The session is being deleted: from now on nothing is written, and
+    /// a write under way has ended when this returns (it waits for the
+    /// lock), so the folder can be deleted without coming back. Blocking.
+    pub fn discard(&self) {
+        let _state = self.lock();
+        self.discarded.store(true, Ordering::Relaxed);
+    }
+
+    fn is_discarded(&self) -> bool {
+        // Relaxed: set and read under the state lock, which orders them.
+        self.discarded.load(Ordering::Relaxed)
     }
 
     fn file_cap(&self) -> u64 {
@@ -355,6 +373,9 @@ impl Checkpoints {
     }
 
     fn save_index(&self, index: &Index) -> Result<(), CheckpointError> {
+        if self.is_discarded() {
+            return Ok(());
+        }
         let io = |source| CheckpointError::Io { path: self.dir.clone(), source };
         std::fs::create_dir_all(&self.dir).map_err(io)?;
         let mut temp = tempfile::NamedTempFile::new_in(&self.dir).map_err(io)?;
@@ -373,6 +394,9 @@ impl Checkpoints {
 
     /// Saves `bytes` (once per content) and names them.
     fn store(&self, bytes: &[u8]) -> std::io::Result<Blob> {
+        if self.is_discarded() {
+            return Err(std::io::Error::other("the session was deleted"));
+        }
         let blob = Blob { sha256: hex(&Sha256::digest(bytes)), len: bytes.len() as u64 };
         let path = self.blob_path(&blob);
         if path.exists() {
@@ -1199,6 +1223,23 @@ mod tests {
         checkpoints.persist();
         assert_eq!(fx.blobs(), 2);
         assert_eq!(fx.checkpoints(201).turns()[0].prompt, "large");
+    }
+
+    #[test]
+    fn once_discarded_nothing_is_written_so_a_deleted_sessions_folder_stays_gone() {
+        let fx = Fixture::new();
+        let (a, b) = (fx.root.join("a.txt"), fx.root.join("b.txt"));
+        std::fs::write(&a, "before\n").unwrap();
+        let checkpoints = fx.checkpoints(1 << 20);
+        checkpoints.begin_turn("edit", 0);
+        write(&checkpoints, &a, "after\n");
+        checkpoints.discard();
+        std::fs::remove_dir_all(fx.store.join("s1")).unwrap();
+        // The turn, still ending, changes one more file and ends.
+        write(&checkpoints, &b, "new\n");
+        checkpoints.finish_turn(2, true);
+        checkpoints.persist();
+        assert!(!fx.store.join("s1").exists());
     }
 
     #[test]

@@ -392,20 +392,29 @@ impl Server {
 
     /// `session/delete`: the session leaves the table at once and its
     /// directory is deleted by the store's writer, after everything queued
-    /// before.
+    /// before and after its checkpoints stopped writing (a turn still
+    /// ending, or the write that follows a turn's answer, would otherwise
+    /// bring the folder back).
     pub(super) fn delete_session(self: &Arc<Self>, id: RequestId, params: Value) {
         let request: DeleteSessionRequest = match parse_params(params) {
             Ok(request) => request,
             Err(error) => return self.outbox.respond_err(&id, &error),
         };
-        if let Some(session) = lock(&self.sessions).remove(&request.session_id.0) {
+        let removed = lock(&self.sessions).remove(&request.session_id.0);
+        let checkpoints = removed.and_then(|session| {
             session.cancel_turns();
             session.close();
-        }
-        let Some(store) = &self.store else { return self.outbox.respond_ok(&id, &DeleteSessionResponse::new()) };
-        let deleted = store.delete(&request.session_id.0);
+            session.checkpoints().cloned()
+        });
+        let Some(store) = self.store.clone() else {
+            return self.outbox.respond_ok(&id, &DeleteSessionResponse::new());
+        };
         let outbox = self.outbox.clone();
         self.tasks.spawn(async move {
+            if let Some(checkpoints) = checkpoints {
+                crate::undo::blocking(&checkpoints, crate::checkpoint::Checkpoints::discard).await;
+            }
+            let deleted = store.delete(&request.session_id.0);
             let response = deleted.await.map(|()| DeleteSessionResponse::new()).map_err(|err| {
                 RpcError::new(super::INTERNAL_ERROR, format!("Cannot delete session {}: {err}", request.session_id))
             });

@@ -426,3 +426,43 @@ async fn undo_names_a_file_too_large_to_save_and_checkpoints_go_with_the_session
     )
     .await;
 }
+
+/// `session/delete` while a turn that changed a file is still streaming:
+/// the turn ends (cancelled) and its checkpoint is written after its answer,
+/// but the session's folder, once deleted, never comes back.
+#[tokio::test]
+async fn a_session_deleted_mid_turn_leaves_no_folder_behind() {
+    let mut h = Harness::start().await;
+    std::fs::write(h.project.join("draft.txt"), "first draft\n").unwrap();
+    let session = h.session().await;
+    set_mode(&mut h.agent, &session, "full-auto").await;
+    h.mock.push(tool_call_reply(&[(
+        "call_w",
+        "edit_file",
+        json!({"path": "draft.txt", "old_string": "first", "new_string": "second"}),
+    )]));
+    h.mock.push(Reply::Sse(vec![ev_role(), ev_text("Now the next file"), Step::Stall]));
+    let prompted = prompt(&mut h.agent, &session, "rewrite the drafts").await;
+    h.agent
+        .until("the second answer's first words", |m| {
+            m["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+                && m["params"]["update"]["content"]["text"] == "Now the next file"
+        })
+        .await;
+    let folder = checkpoint_dir(&h, &session).parent().unwrap().to_path_buf();
+    assert!(folder.join("checkpoints").exists(), "the edit was checkpointed");
+    let deleted = h.agent.request("session/delete", json!({"sessionId": session})).await;
+    let (before, response) = h.agent.response(deleted).await;
+    assert!(response.get("result").is_some(), "{response}");
+    let answered = match before.into_iter().find(|m| m["id"] == prompted) {
+        Some(answer) => answer,
+        None => h.agent.response(prompted).await.1,
+    };
+    assert_eq!(answered["result"]["stopReason"], "cancelled");
+    // Shutdown waits for the write that follows a turn's answer.
+    h.agent.close_stdin();
+    let exit = h.agent.wait_exit(std::time::Duration::from_secs(10)).await.expect("the agent ends on EOF");
+    assert!(exit.success(), "{exit:?}");
+    assert!(!folder.exists(), "the deleted session's folder came back");
+    assert_eq!(std::fs::read_to_string(h.project.join("draft.txt")).unwrap(), "second draft\n");
+}
