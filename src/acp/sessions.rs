@@ -357,6 +357,12 @@ impl Server {
                 let server = Arc::clone(self);
                 self.tasks.spawn(async move {
                     closed.wait().await;
+                    // The last turn's checkpoint is written after its answer:
+                    // on disk before the editor can load the session again.
+                    // (A turn still winding down writes its own when it ends.)
+                    if session.try_conversation().is_some() {
+                        crate::undo::persist(&session).await;
+                    }
                     outbox.respond_ok(&id, &CloseSessionResponse::new());
                     // A cancelled turn may still queue its last records, which
                     // open the log again: close it once more when it is over,
