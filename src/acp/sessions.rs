@@ -171,10 +171,13 @@ impl Server {
         // A session created in this process and not prompted yet is not on
         // disk: it is reopened from what its journal holds.
         let unsaved = replaced.as_ref().and_then(|old| old.journal()).filter(|j| j.pending_meta().is_some()).cloned();
-        if let Some(old) = replaced
-            && tokio::time::timeout(WIND_DOWN, old.idle()).await.is_err()
-        {
-            tracing::warn!(session = %session_id, "the session's last turn did not wind down in time");
+        if let Some(old) = replaced {
+            match tokio::time::timeout(WIND_DOWN, old.idle()).await {
+                // Its last turn's checkpoint is written after the turn's
+                // answer: on disk before the new session reads it.
+                Ok(()) => crate::undo::persist(&old).await,
+                Err(_) => tracing::warn!(session = %session_id, "the session's last turn did not wind down in time"),
+            }
         }
         // Every record queued so far must be on disk before it is read back.
         store.written().wait().await;
