@@ -2,7 +2,8 @@
 //! history (kept in the data directory) and completion of the slash
 //! commands editors get; answers rendered as Markdown; a spinner until the
 //! first token; the plan as a checklist; diffs coloured. Ctrl-C cancels the
-//! running turn (at the prompt it clears the line); Ctrl-D quits.
+//! running turn (at the prompt it clears the line, and a second Ctrl-C in a
+//! row quits); Ctrl-D quits.
 
 use std::borrow::Cow;
 use std::io::IsTerminal;
@@ -64,7 +65,7 @@ pub fn chat(config: Config, args: ChatArgs, runtime: &tokio::runtime::Runtime) -
         paint.bold("lathe chat"),
         paint.dim(&format!("· session {} · model {} · mode {}", session.id(), choices.model_key, session.mode().id()))
     ));
-    style::err_line(&paint.dim("Ctrl-C cancels a turn, Ctrl-D quits; type / and Tab for commands."));
+    style::err_line(&paint.dim("Ctrl-C cancels a turn, Ctrl-D or Ctrl-C twice quits; type / and Tab for commands."));
     if let Some((title, text)) = engine.sandbox_notice(&session) {
         style::warn_line(&format!("{title}: {text}"));
     }
@@ -83,9 +84,14 @@ pub fn chat(config: Config, args: ChatArgs, runtime: &tokio::runtime::Runtime) -
         // A first run has none yet.
         let _ = editor.load_history(path);
     }
+    // Ctrl-C at the prompt clears the line; a second one in a row quits (as
+    // in Claude Code and Codex), so a user who expects Ctrl-C to leave is
+    // not stuck, and one who pressed it once to clear a line loses nothing.
+    let mut interrupted = false;
     loop {
         match editor.readline("› ") {
             Ok(line) => {
+                interrupted = false;
                 if line.trim().is_empty() {
                     continue;
                 }
@@ -97,7 +103,11 @@ pub fn chat(config: Config, args: ChatArgs, runtime: &tokio::runtime::Runtime) -
                 }
                 runtime.block_on(turn(&engine, &session, line));
             }
-            Err(ReadlineError::Interrupted) => continue,
+            Err(ReadlineError::Interrupted) if interrupted => break,
+            Err(ReadlineError::Interrupted) => {
+                interrupted = true;
+                style::err_line(&paint.dim("Press Ctrl-C again to quit (or Ctrl-D)."));
+            }
             Err(ReadlineError::Eof) => break,
             Err(err) => {
                 style::warn_line(&format!("reading the line failed: {err}"));

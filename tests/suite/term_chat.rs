@@ -1,7 +1,7 @@
 //! `lathe chat` (issue 13) driven through a pseudo-terminal: a prompt
 //! streamed and rendered as Markdown, a permission answered by one key,
-//! Ctrl-C cancelling a running shell command, Ctrl-D quitting with 0, and a
-//! clear refusal without a terminal.
+//! Ctrl-C cancelling a running shell command, Ctrl-D (or Ctrl-C twice at the
+//! prompt) quitting with 0, and a clear refusal without a terminal.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -195,6 +195,33 @@ async fn ctrl_c_cancels_a_running_shell_command() {
         assert_eq!(requests.len(), 2);
         let result = crate::support::mock_openai::tool_result(&requests[1].body, "call_sleep");
         assert!(result.to_lowercase().contains("cancel"), "{result}");
+    })
+    .await
+    .unwrap();
+}
+
+/// Ctrl-C at the prompt clears the line and says how to quit; a line typed
+/// in between starts over; a second Ctrl-C in a row quits with 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_twice_in_a_row_at_the_prompt_quits() {
+    let term = Term::start("").await;
+    tokio::task::spawn_blocking(move || {
+        let mut pty = spawn_chat(&term, &[]);
+        prompt(&mut pty);
+        pty.send("half a thought").unwrap();
+        pty.send(ControlCode::EndOfText).unwrap();
+        pty.expect("Press Ctrl-C again to quit").unwrap();
+        prompt(&mut pty);
+        pty.send("/mode read-only\r").unwrap();
+        pty.expect("Switched to Read only mode").unwrap();
+        prompt(&mut pty);
+        pty.send(ControlCode::EndOfText).unwrap();
+        pty.expect("Press Ctrl-C again to quit").unwrap();
+        prompt(&mut pty);
+        pty.send(ControlCode::EndOfText).unwrap();
+        let status = pty.get_process().wait().unwrap();
+        assert!(matches!(status, WaitStatus::Exited(_, 0)), "{status:?}");
+        assert!(term.mock.chat_requests().is_empty(), "the cleared line was never sent");
     })
     .await
     .unwrap();
