@@ -242,6 +242,10 @@ struct Server {
     initialized: AtomicBool,
     client_capabilities: Arc<OnceLock<ClientCapabilities>>,
     sessions: Mutex<HashMap<Arc<str>, Arc<Session>>>,
+    /// Saved sessions closed while their last turn may still be winding
+    /// down: a load of one waits for it as for an open one, so the turn's
+    /// last records and checkpoint are on disk before it is read back.
+    closing: Mutex<HashMap<Arc<str>, Arc<Session>>>,
     /// Sessions being loaded, each with the messages naming it that arrived
     /// meanwhile, in order: dispatched when its load has answered.
     loading: Mutex<HashMap<Arc<str>, Vec<Incoming>>>,
@@ -283,6 +287,7 @@ impl Server {
             initialized: AtomicBool::new(false),
             client_capabilities,
             sessions: Mutex::new(HashMap::new()),
+            closing: Mutex::new(HashMap::new()),
             loading: Mutex::new(HashMap::new()),
             loaded,
             models: Mutex::new(HashMap::new()),

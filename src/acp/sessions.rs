@@ -134,12 +134,15 @@ impl Server {
         };
         let key = Arc::clone(&session_id.0);
         lock(&self.loading).insert(Arc::clone(&key), Vec::new());
-        // A session open in this process is reopened from disk: whatever it was doing stops.
+        // A session open in this process is reopened from disk: whatever it
+        // was doing stops. One closed a moment ago may still be winding down:
+        // it is waited for the same way.
         let replaced = lock(&self.sessions).remove(&key);
         if let Some(open) = &replaced {
             open.cancel_turns();
             open.close();
         }
+        let replaced = replaced.or_else(|| lock(&self.closing).get(&key).cloned());
         let over = LoadOver { loaded: self.loaded.clone(), session_id: key };
         let server = Arc::clone(self);
         self.tasks.spawn(async move {
@@ -357,6 +360,10 @@ impl Server {
                     return outbox.respond_ok(&id, &CloseSessionResponse::new());
                 };
                 let closed = store.close(&request.session_id.0);
+                let saved = session.journal().is_some_and(|journal| journal.pending_meta().is_none());
+                if saved {
+                    lock(&self.closing).insert(Arc::clone(session.id()), Arc::clone(&session));
+                }
                 let server = Arc::clone(self);
                 self.tasks.spawn(async move {
                     closed.wait().await;
@@ -372,8 +379,15 @@ impl Server {
                     // unless the editor has opened the session again meanwhile
                     // (a close would cut into the new session's journal: its
                     // held text written early and its merging started anew).
-                    if tokio::time::timeout(WIND_DOWN, session.idle()).await.is_ok() && !server.is_open(session.id()) {
-                        store.close(session.id()).wait().await;
+                    if tokio::time::timeout(WIND_DOWN, session.idle()).await.is_ok() {
+                        crate::undo::persist(&session).await;
+                        if !server.is_open(session.id()) {
+                            store.close(session.id()).wait().await;
+                        }
+                    }
+                    let mut closing = lock(&server.closing);
+                    if closing.get(session.id()).is_some_and(|entry| Arc::ptr_eq(entry, &session)) {
+                        closing.remove(session.id());
                     }
                 });
             }
@@ -410,6 +424,7 @@ impl Server {
             Err(error) => return self.outbox.respond_err(&id, &error),
         };
         let removed = lock(&self.sessions).remove(&request.session_id.0);
+        let removed = removed.or_else(|| lock(&self.closing).remove(&request.session_id.0));
         let checkpoints = removed.and_then(|session| {
             session.cancel_turns();
             session.close();

@@ -466,3 +466,48 @@ async fn a_session_deleted_mid_turn_leaves_no_folder_behind() {
     assert!(!folder.exists(), "the deleted session's folder came back");
     assert_eq!(std::fs::read_to_string(h.project.join("draft.txt")).unwrap(), "second draft\n");
 }
+
+/// `session/close` while a shell command runs, then `session/load` at once:
+/// the closed turn winds down (the command killed, the roots walked again
+/// to find what it changed) while the session is read back, and the loaded
+/// session must know that turn, so `/undo` takes its change back.
+#[tokio::test]
+async fn a_turn_closed_mid_command_can_be_undone_after_an_immediate_load() {
+    let mut h = Harness::start().await;
+    // Enough files that walking the roots after the command takes a while.
+    for n in 0..300 {
+        let dir = h.project.join(format!("src/m{}", n / 100));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("f{n}.txt")), format!("{n}\n")).unwrap();
+    }
+    std::fs::write(h.project.join("notes.txt"), "original notes\n").unwrap();
+    let session = h.session().await;
+    set_mode(&mut h.agent, &session, "full-auto").await;
+    h.mock.push(text_reply("An earlier answer."));
+    run(&mut h, &session, "an earlier question").await;
+    h.mock.push(tool_call_reply(&[(
+        "call_sh",
+        "shell",
+        json!({"command": "printf 'rewritten\\n' > notes.txt && sleep 30"}),
+    )]));
+    let prompted = prompt(&mut h.agent, &session, "rewrite the notes, then wait").await;
+    let notes = h.project.join("notes.txt");
+    crate::support::clock::poll_until("the command rewrote the notes", std::time::Duration::from_secs(20), || {
+        read(&notes).as_deref() == Some("rewritten\n")
+    })
+    .await;
+    let closed = h.agent.request("session/close", json!({"sessionId": session})).await;
+    let (before, response) = h.agent.response(closed).await;
+    assert!(response.get("result").is_some(), "{response}");
+    let load = json!({"sessionId": session, "cwd": h.project, "mcpServers": []});
+    let loaded = h.agent.request("session/load", load).await;
+    let (during, response) = h.agent.response(loaded).await;
+    assert!(response.get("result").is_some(), "{response}");
+    let answered = before.iter().chain(&during).any(|m| m["id"] == prompted);
+    if !answered {
+        h.agent.response(prompted).await;
+    }
+
+    let (messages, _) = run(&mut h, &session, "/undo").await;
+    assert_eq!(read(&notes).as_deref(), Some("original notes\n"), "{}", agent_text(&messages));
+}
