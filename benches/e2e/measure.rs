@@ -959,20 +959,6 @@ fn memory(opts: &Options, report: &mut Report) {
     let mut big_file = Vec::new();
     let mut growth_anon = Vec::new();
     let mut growth_file = Vec::new();
-    // Idle again with the binary read back from disk: a file just written
-    // (by the linker, by `cp`) sits in the page cache in pieces the kernel
-    // maps more of around each fault (~1 MB more of the code resident,
-    // measured), until it is evicted; after a reboot it is read back, as here.
-    let mut idle_read_back = Vec::new();
-    for _ in 0..opts.memory_runs {
-        evict_from_page_cache(&opts.bin);
-        let fire = Firehose::start();
-        let home = Home::new(&fire.base_url());
-        let mut agent = home.spawn(opts);
-        agent.initialize();
-        std::thread::sleep(Duration::from_millis(100));
-        idle_read_back.push(mib(procfs::rss(agent.pid()).peak_kib));
-    }
     for _ in 0..opts.memory_runs {
         let fire = Firehose::start();
         let home = Home::new(&fire.base_url());
@@ -1016,6 +1002,21 @@ fn memory(opts: &Options, report: &mut Report) {
         growth.push(rss_last.current_kib as f64 - rss_first.current_kib as f64);
         growth_anon.push(rss_last.anon_kib as f64 - rss_first.anon_kib as f64);
         growth_file.push(rss_last.file_kib as f64 - rss_first.file_kib as f64);
+    }
+    // Idle again (after the runs above, which take the binary as they find
+    // it), with the binary read back from disk: a file just written
+    // (by the linker, by `cp`) sits in the page cache in pieces the kernel
+    // maps more of around each fault (~1 MB more of the code resident,
+    // measured), until it is evicted; after a reboot it is read back, as here.
+    let mut idle_read_back = Vec::new();
+    for _ in 0..opts.memory_runs {
+        evict_from_page_cache(&opts.bin);
+        let fire = Firehose::start();
+        let home = Home::new(&fire.base_url());
+        let mut agent = home.spawn(opts);
+        agent.initialize();
+        std::thread::sleep(Duration::from_millis(100));
+        idle_read_back.push(mib(procfs::rss(agent.pid()).peak_kib));
     }
     let sessions = opts.memory_sessions;
     let big = opts.memory_big_turn;
