@@ -28,6 +28,34 @@ async fn run(h: &mut Harness, session: &str, text: &str) -> (Vec<Value>, Value) 
     (messages, response)
 }
 
+/// Prompts a turn that edits `draft.txt` (first → second), then streams
+/// a few words and stalls; returns the prompt's id once those words arrived.
+async fn edit_the_draft_then_stall(h: &mut Harness, session: &str) -> i64 {
+    h.mock.push(tool_call_reply(&[(
+        "call_w",
+        "edit_file",
+        json!({"path": "draft.txt", "old_string": "first", "new_string": "second"}),
+    )]));
+    h.mock.push(Reply::Sse(vec![ev_role(), ev_text("Now the next file"), Step::Stall]));
+    let id = prompt(&mut h.agent, session, "rewrite the drafts").await;
+    h.agent
+        .until("the second answer's first words", |m| {
+            m["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+                && m["params"]["update"]["content"]["text"] == "Now the next file"
+        })
+        .await;
+    id
+}
+
+/// The answer to request `id`: among `seen` (read while waiting for
+/// another answer), or the next one.
+async fn answer_to(h: &mut Harness, id: i64, seen: Vec<Value>) -> Value {
+    match seen.into_iter().find(|m| m["id"] == id) {
+        Some(answer) => answer,
+        None => h.agent.response(id).await.1,
+    }
+}
+
 fn read(path: &Path) -> Option<String> {
     std::fs::read_to_string(path).ok()
 }
@@ -321,19 +349,7 @@ async fn a_cancelled_turns_partial_changes_are_undone() {
     std::fs::write(h.project.join("draft.txt"), "first draft\n").unwrap();
     let session = h.session().await;
     set_mode(&mut h.agent, &session, "full-auto").await;
-    h.mock.push(tool_call_reply(&[(
-        "call_w",
-        "edit_file",
-        json!({"path": "draft.txt", "old_string": "first", "new_string": "second"}),
-    )]));
-    h.mock.push(Reply::Sse(vec![ev_role(), ev_text("Now the next file"), Step::Stall]));
-    let id = prompt(&mut h.agent, &session, "rewrite the drafts").await;
-    h.agent
-        .until("the second answer's first words", |m| {
-            m["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
-                && m["params"]["update"]["content"]["text"] == "Now the next file"
-        })
-        .await;
+    let id = edit_the_draft_then_stall(&mut h, &session).await;
     assert_eq!(read(&h.project.join("draft.txt")).as_deref(), Some("second draft\n"));
     h.agent.notify("session/cancel", json!({"sessionId": session})).await;
     let (_, response) = h.agent.response(id).await;
@@ -436,28 +452,13 @@ async fn a_session_deleted_mid_turn_leaves_no_folder_behind() {
     std::fs::write(h.project.join("draft.txt"), "first draft\n").unwrap();
     let session = h.session().await;
     set_mode(&mut h.agent, &session, "full-auto").await;
-    h.mock.push(tool_call_reply(&[(
-        "call_w",
-        "edit_file",
-        json!({"path": "draft.txt", "old_string": "first", "new_string": "second"}),
-    )]));
-    h.mock.push(Reply::Sse(vec![ev_role(), ev_text("Now the next file"), Step::Stall]));
-    let prompted = prompt(&mut h.agent, &session, "rewrite the drafts").await;
-    h.agent
-        .until("the second answer's first words", |m| {
-            m["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
-                && m["params"]["update"]["content"]["text"] == "Now the next file"
-        })
-        .await;
+    let prompted = edit_the_draft_then_stall(&mut h, &session).await;
     let folder = checkpoint_dir(&h, &session).parent().unwrap().to_path_buf();
     assert!(folder.join("checkpoints").exists(), "the edit was checkpointed");
     let deleted = h.agent.request("session/delete", json!({"sessionId": session})).await;
     let (before, response) = h.agent.response(deleted).await;
     assert!(response.get("result").is_some(), "{response}");
-    let answered = match before.into_iter().find(|m| m["id"] == prompted) {
-        Some(answer) => answer,
-        None => h.agent.response(prompted).await.1,
-    };
+    let answered = answer_to(&mut h, prompted, before).await;
     assert_eq!(answered["result"]["stopReason"], "cancelled");
     // Shutdown waits for the write that follows a turn's answer.
     h.agent.close_stdin();
@@ -503,10 +504,7 @@ async fn a_turn_closed_mid_command_can_be_undone_after_an_immediate_load() {
     let loaded = h.agent.request("session/load", load).await;
     let (during, response) = h.agent.response(loaded).await;
     assert!(response.get("result").is_some(), "{response}");
-    let answered = before.iter().chain(&during).any(|m| m["id"] == prompted);
-    if !answered {
-        h.agent.response(prompted).await;
-    }
+    answer_to(&mut h, prompted, before.into_iter().chain(during).collect()).await;
 
     let (messages, _) = run(&mut h, &session, "/undo").await;
     assert_eq!(read(&notes).as_deref(), Some("original notes\n"), "{}", agent_text(&messages));
