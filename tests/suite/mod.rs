@@ -97,6 +97,7 @@ mod term_exec;
 mod text_formats;
 mod tools;
 mod trace;
+mod transcript;
 mod turns;
 mod upstream;
 mod workspace_boundary;
