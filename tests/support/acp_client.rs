@@ -26,47 +26,15 @@ use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
+pub use super::agent_env::{environment, scrubbed};
 use super::clock::within;
 use super::logs::{self, Capture};
 
 /// How long [`Agent::response`] waits by default.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Environment variables removed from the inherited environment so the
-/// developer's own settings cannot leak into a test (a test may set them again
-/// through `envs`).
-const SCRUBBED_ENV_PREFIXES: &[&str] = &["LATHE_", "OPENAI_"];
-
-/// Hosts that must bypass any proxy configured in the environment.
-const LOOPBACK: &str = "127.0.0.1,localhost,::1";
-
 /// Capacity of each in-memory pipe of an in-process agent (as a pipe's buffer).
 const PIPE_BYTES: usize = 64 * 1024;
-
-/// Whether an inherited variable is withheld from the agent.
-pub fn scrubbed(name: &str) -> bool {
-    SCRUBBED_ENV_PREFIXES.iter().any(|prefix| name.starts_with(prefix))
-}
-
-/// The variables an agent gets on top of the (scrubbed) inherited
-/// environment, later entries winning: `HOME` and `XDG_CONFIG_HOME` in
-/// `home` (so no user config leaks in), sessions saved under `home`,
-/// loopback exempt from any proxy (`NO_PROXY`), then `envs`. The one
-/// description of an agent's environment, for the binary and in-process.
-pub fn environment(home: &Path, envs: &[(&str, &str)]) -> Vec<(String, String)> {
-    let path = |path: PathBuf| path.to_string_lossy().into_owned();
-    let mut vars = vec![
-        ("HOME".to_owned(), path(home.to_path_buf())),
-        ("XDG_CONFIG_HOME".to_owned(), path(home.join(".config"))),
-        // Sessions are saved under the temporary home, never the developer's.
-        ("XDG_DATA_HOME".to_owned(), path(home.join(".local").join("share"))),
-        // The mock model server is on loopback; never route it via a proxy.
-        ("NO_PROXY".to_owned(), LOOPBACK.to_owned()),
-        ("no_proxy".to_owned(), LOOPBACK.to_owned()),
-    ];
-    vars.extend(envs.iter().map(|(name, value)| ((*name).to_owned(), (*value).to_owned())));
-    vars
-}
 
 /// The benchmark's name for [`Agent`] (benches/e2e includes this file).
 pub type AgentProcess = Agent;

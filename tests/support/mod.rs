@@ -11,6 +11,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod acp_client;
+pub mod agent_env;
 pub mod clock;
 pub mod editor;
 pub mod harness;
@@ -20,42 +21,7 @@ pub mod mock_openai;
 pub mod sse;
 pub mod web;
 
-use std::path::{Path, PathBuf};
-
-/// Writes `dir/config.toml` pointing the default model `mock` at `base_url`,
-/// followed by `extra_toml` verbatim, and returns its path (pass it to the
-/// agent as `--config <path>`).
-pub fn write_config(dir: &Path, base_url: &str, extra_toml: &str) -> PathBuf {
-    let path = dir.join("config.toml");
-    let base_url = toml_string(base_url);
-    let config = format!(
-        "default_model = \"mock\"\n\
-         [models.mock]\n\
-         base_url = {base_url}\n\
-         model = \"mock-model\"\n\
-         context_window = 32768\n\
-         max_output_tokens = 1024\n\
-         {extra_toml}"
-    );
-    std::fs::write(&path, config).expect("write the test config");
-    path
-}
-
-/// `text` as a TOML basic string, quoted and escaped.
-fn toml_string(text: &str) -> String {
-    let mut quoted = String::with_capacity(text.len() + 2);
-    quoted.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => quoted.push_str("\\\""),
-            '\\' => quoted.push_str("\\\\"),
-            c if c.is_control() => quoted.push_str(&format!("\\u{:04X}", u32::from(c))),
-            c => quoted.push(c),
-        }
-    }
-    quoted.push('"');
-    quoted
-}
+pub use agent_env::write_config;
 
 /// Pids of the live (not zombie) processes whose command line starts with
 /// `prefix` (arguments joined by spaces, with a trailing space).
