@@ -42,8 +42,9 @@
 //!   process writes to stderr at `trace`, from every thread.
 //! - `sandbox::sandboxed_mcp_servers_run_restricted`: the MCP server's
 //!   parent chain leads to the agent's pid.
-//! - `official_client` (both tests): the official ACP SDK starts the binary
-//!   as an editor does and checks its stdio framing and clean exit.
+//! - `official_client`: runs the package `tests/official-sdk`, whose two
+//!   tests have the official ACP SDK start the binary as an editor does and
+//!   check its stdio framing and clean exit.
 //! - `file_safety::sigkill_during_large_writes_never_leaves_a_torn_file`
 //!   (stress tier): SIGKILL during a write.
 //!
