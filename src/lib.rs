@@ -22,6 +22,8 @@
 //!             SSE reading, retries, the endpoint probe
 //! tools/      the built-in tools: definitions, descriptions, running them
 //!             through the Host seam (local disk and processes, or the editor)
+//! tool_definition  what a tool offers the model (name, description, schema):
+//!             made by tools and mcp, written on the wire by model
 //! permission  the policy: which calls run, ask or are refused
 //! commands    slash commands: built-in and the user's Markdown files
 //! mcp/        the session's MCP servers (editor's and configured): connected,
@@ -80,6 +82,7 @@ pub mod setup;
 pub mod store;
 pub mod sync;
 pub mod term;
+pub mod tool_definition;
 pub mod tools;
 pub mod trace;
 pub mod undo;

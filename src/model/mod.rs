@@ -37,6 +37,8 @@ use futures_util::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{DEFAULT_CONTEXT_WINDOW, ModelConfig, NetworkSettings, PromptProfile};
+/// The definitions the model is offered (sent in the wire's shape, see [`wire`]).
+pub use crate::tool_definition::ToolDefinition;
 pub use decode::{FinishReason, ModelEvent, ModelOutput, OversizedCall, StreamDecoder, Usage};
 pub use probe::{ModelInfo, WindowSource};
 use wire::{ChatChunk, ChatRequest};
@@ -119,35 +121,6 @@ pub struct ToolCallRequest {
     pub name: String,
     /// The JSON arguments, as text (possibly invalid JSON: models make mistakes).
     pub arguments: String,
-}
-
-/// A function tool offered to the model.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ToolDefinition {
-    r#type: &'static str,
-    function: FunctionDefinition,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-struct FunctionDefinition {
-    name: String,
-    description: String,
-    parameters: serde_json::Value,
-}
-
-impl ToolDefinition {
-    /// A function tool with a JSON Schema for its parameters.
-    pub fn function(name: impl Into<String>, description: impl Into<String>, parameters: serde_json::Value) -> Self {
-        Self {
-            r#type: "function",
-            function: FunctionDefinition { name: name.into(), description: description.into(), parameters },
-        }
-    }
-
-    /// The tool's name.
-    pub fn name(&self) -> &str {
-        &self.function.name
-    }
 }
 
 /// What kind of failure, for the client and for retry decisions.

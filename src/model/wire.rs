@@ -85,6 +85,27 @@ impl<'a> ChatRequest<'a> {
 /// vector of wire messages is built: the conversation grows with the
 /// session, and a vector of its size per request (175 KB at 1,000 turns)
 /// raised the allocator's high-water mark turn after turn.
+/// A tool definition in the wire's function-tool shape:
+/// `{"type":"function","function":{"name":…,"description":…,"parameters":…}}`.
+/// (Also what a turn's size estimate counts, `crate::agent::estimate_tokens`.)
+impl Serialize for ToolDefinition {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Function<'a> {
+            name: &'a str,
+            description: &'a str,
+            parameters: &'a Value,
+        }
+        #[derive(Serialize)]
+        struct FunctionTool<'a> {
+            r#type: &'static str,
+            function: Function<'a>,
+        }
+        let function = Function { name: self.name(), description: self.description(), parameters: self.parameters() };
+        FunctionTool { r#type: "function", function }.serialize(serializer)
+    }
+}
+
 #[derive(Debug)]
 struct WireMessages<'a> {
     system_prompt: &'a str,
@@ -382,4 +403,20 @@ where
     T: Default + Deserialize<'de>,
 {
     Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tools go out in exactly the function-tool shape (field names and
+    /// order), whichever module made the definition.
+    #[test]
+    fn a_tool_definition_is_sent_as_a_function_tool() {
+        let tool = ToolDefinition::function("read_file", "Reads a file.", serde_json::json!({"type": "object"}));
+        assert_eq!(
+            serde_json::to_string(&tool).unwrap(),
+            r#"{"type":"function","function":{"name":"read_file","description":"Reads a file.","parameters":{"type":"object"}}}"#
+        );
+    }
 }

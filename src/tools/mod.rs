@@ -44,7 +44,7 @@ use tokio_util::sync::CancellationToken;
 pub use crate::child::Launcher;
 use crate::config::PromptProfile;
 use crate::fs_guard::Target;
-use crate::model::ToolDefinition;
+use crate::tool_definition::ToolDefinition;
 
 /// Every built-in tool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
