@@ -12,7 +12,9 @@
 //!             the editor's fs/terminal/permission methods as the tools' Host
 //! term/       the terminal front end (exec, chat): the engine's seams on a
 //!             terminal, sessions in the same store; ACP shapes only for the
-//!             journal and `--json`, through acp::updates; no JSON-RPC
+//!             journal and `--json`, through present; no JSON-RPC
+//! present/    what both front ends show and record alike: text made safe to
+//!             show, agent events in the journal's (ACP) shape, replay
 //! setup       session set-up both front ends share: a session opened with
 //!             its prompt, history and MCP servers; metadata; titles; commands
 //! rpc         JSON-RPC 2.0 framing, the single ordered writer, outgoing calls
@@ -74,6 +76,7 @@ pub mod http;
 pub mod mcp;
 pub mod model;
 pub mod permission;
+pub mod present;
 pub mod prompt;
 pub mod rpc;
 pub mod sandbox;

@@ -60,17 +60,16 @@ use agent_client_protocol_schema::v1::{
     AgentCapabilities, CancelNotification, ClientCapabilities, Implementation, InitializeRequest, InitializeResponse,
     McpCapabilities, PromptCapabilities, SessionAdditionalDirectoriesCapabilities, SessionCapabilities,
     SessionCloseCapabilities, SessionDeleteCapabilities, SessionListCapabilities, SessionResumeCapabilities,
-    StopReason as AcpStopReason,
 };
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::agent::{StopReason, TurnError};
 use crate::config::Config;
 use crate::model::{ModelClient, ModelError};
+pub use crate::present::record::{to_acp_stop_reason, turn_error_to_rpc};
 use crate::rpc::{
     self, CANCEL_REQUEST_METHOD, Classified, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, Incoming, Line,
     LineReader, METHOD_NOT_FOUND, Outbox, RequestId, RpcError,
@@ -469,44 +468,6 @@ impl Server {
         let client = Arc::new(crate::setup::model_client(&self.config, key, thought_level)?);
         lock(&self.models).insert(cache_key, Arc::clone(&client));
         Ok(client)
-    }
-}
-
-/// The ACP stop reason for how a turn ended.
-pub fn to_acp_stop_reason(stop: StopReason) -> AcpStopReason {
-    match stop {
-        StopReason::EndTurn => AcpStopReason::EndTurn,
-        StopReason::MaxTokens => AcpStopReason::MaxTokens,
-        StopReason::MaxTurnRequests => AcpStopReason::MaxTurnRequests,
-        StopReason::Refusal => AcpStopReason::Refusal,
-        StopReason::Cancelled => AcpStopReason::Cancelled,
-    }
-}
-
-/// The JSON-RPC error (code, message, data) for a failed turn.
-pub fn turn_error_to_rpc(err: &TurnError) -> RpcError {
-    match err {
-        TurnError::Model(model) | TurnError::Retried { error: model, .. } => {
-            let mut data = json!({ "kind": model.kind() });
-            if let Some(status) = model.status() {
-                data["status"] = json!(status);
-            }
-            if let Some(wait) = model.retry_after() {
-                data["retryAfterMs"] = json!(wait.as_millis());
-            }
-            if let ModelError::Http { message, .. } | ModelError::Provider(message) = model {
-                data["providerMessage"] = json!(message);
-            }
-            if let TurnError::Retried { retries, .. } = err {
-                data["attempts"] = json!(retries.attempts);
-            }
-            // For a retried request this ends with what the retries came to.
-            let mut message = err.to_string();
-            if let Some(first) = message.get(..1) {
-                message = format!("{}{}", first.to_uppercase(), &message[1..]);
-            }
-            RpcError::new(INTERNAL_ERROR, message).with_data(data)
-        }
     }
 }
 

@@ -15,8 +15,8 @@ use futures_util::future::BoxFuture;
 use super::events::Screen;
 use super::lock;
 use super::style::{self, Paint};
-use crate::acp::updates::{Lines, shown};
 use crate::permission::{Answer, ApprovalError, Approver, PermissionQuestion};
+use crate::present::text::{Lines, shown};
 use crate::session::Session;
 use crate::tools::DisplayContent;
 

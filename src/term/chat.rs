@@ -21,11 +21,11 @@ use super::approve::TermApprover;
 use super::events::Output;
 use super::style::{self, Paint};
 use super::{Engine, SessionArgs, TermEvents, exit};
-use crate::acp::updates::{Lines, shown};
 use crate::agent::StopReason;
 use crate::commands::SlashCommand;
 use crate::config::Config;
 use crate::permission::Mode;
+use crate::present::text::{Lines, shown};
 use crate::session::Session;
 
 /// `lathe chat`'s arguments.
@@ -171,11 +171,7 @@ impl Completer for Commands {
             .iter()
             .filter(|command| command.name.starts_with(typed))
             .map(|command| Pair {
-                display: format!(
-                    "/{} - {}",
-                    command.name,
-                    crate::acp::updates::shown(&command.description, crate::acp::updates::Lines::One)
-                ),
+                display: format!("/{} - {}", command.name, shown(&command.description, Lines::One)),
                 replacement: format!("/{} ", command.name),
             })
             .collect();

@@ -16,10 +16,11 @@ use agent_client_protocol_schema::v1::{
 
 use super::lock;
 use super::style::{self, Paint};
-use crate::acp::updates::{Lines, record, shown, to_update};
 use crate::agent::{AgentEvent, EventSink, ToolCallChange, ToolCallStatus};
 use crate::checkpoint::Outcome;
 use crate::model::UserPart;
+use crate::present::record::{record, to_update};
+use crate::present::text::{Lines, shown};
 use crate::session::Journal;
 use crate::tools::{DisplayContent, PlanItem, PlanStatus, ToolKind};
 

@@ -16,10 +16,10 @@ use super::approve::TermApprover;
 use super::events::Output;
 use super::style::{self, Paint};
 use super::{Engine, SessionArgs, TermEvents, exit};
-use crate::acp::updates::{Lines, shown};
 use crate::agent::StopReason;
 use crate::config::Config;
 use crate::permission::Mode;
+use crate::present::text::{Lines, shown};
 use crate::session::Session;
 
 /// `lathe exec`'s arguments.
@@ -95,15 +95,17 @@ pub async fn exec(config: Config, args: ExecArgs) -> u8 {
     signals.abort();
     let code = super::exit_code(&prompted.result);
     if args.json {
+        // The ACP shapes on purpose: a `session/prompt` response (or its
+        // JSON-RPC error), so scripts and editors read one schema.
         let mut line = match &prompted.result {
             Ok(stop) => {
                 let usage = prompted
                     .usage
                     .map(|u| Usage::new(u.input_tokens + u.output_tokens, u.input_tokens, u.output_tokens));
-                let response = PromptResponse::new(crate::acp::to_acp_stop_reason(*stop)).usage(usage);
+                let response = PromptResponse::new(crate::present::record::to_acp_stop_reason(*stop)).usage(usage);
                 serde_json::to_value(response).unwrap_or_default()
             }
-            Err(err) => json!({ "error": crate::acp::turn_error_to_rpc(err) }),
+            Err(err) => json!({ "error": crate::present::record::turn_error_to_rpc(err) }),
         };
         if let Some(object) = line.as_object_mut() {
             object.insert("sessionId".to_owned(), json!(session.id()));

@@ -1,13 +1,13 @@
 //! lathe from a terminal: `lathe exec` (one turn, for scripts and CI) and
 //! `lathe chat` (an interactive session). A second implementation of the
-//! engine's seams beside [`crate::acp`]: [`EventSink`] (the screen, or JSON
+//! engine's seams beside the editor's (`acp`): [`EventSink`] (the screen, or JSON
 //! lines), [`crate::permission::Approver`] (a one-key question on the
 //! terminal) and [`crate::tools::Host`] (the local disk and local
 //! processes). It never goes through JSON-RPC.
 //!
 //! Sessions live in the same store as the editor's, written the same way:
 //! every update is recorded as the `session/update` line an editor would have
-//! been sent (built by [`crate::acp::updates`]), and the transcript through
+//! been sent (built by [`crate::present::record`]), and the transcript through
 //! the session's journal, so a session started here loads in an editor and
 //! the reverse. What the two front ends share to set a session up is in
 //! [`crate::setup`]; turns are checkpointed, and `/undo`, `/redo` and

@@ -1,6 +1,6 @@
 //! Colour on the terminal: only where the stream is a terminal and
 //! `NO_COLOR` is not set (<https://no-color.org>). Everything shown from the
-//! model, the workspace or a tool passes through [`crate::acp::updates::shown`]
+//! model, the workspace or a tool passes through [`crate::present::text::shown`]
 //! first, so no escape sequence of theirs reaches the screen.
 
 use std::io::{IsTerminal, Write};
@@ -91,7 +91,7 @@ pub fn diff(paint: Paint, path: &str, old: Option<&str>, new: &str, max_lines: u
     let mut out = String::new();
     let lines: Vec<&str> = unified.lines().collect();
     for line in lines.iter().take(max_lines) {
-        let shown = crate::acp::updates::shown(line, crate::acp::updates::Lines::One);
+        let shown = crate::present::text::shown(line, crate::present::text::Lines::One);
         let coloured = if line.starts_with("+++") || line.starts_with("---") {
             paint.bold(&shown)
         } else if line.starts_with('+') {
