@@ -70,6 +70,7 @@ use tokio_util::task::TaskTracker;
 use crate::config::Config;
 use crate::model::{ModelClient, ModelError};
 pub use crate::present::record::{to_acp_stop_reason, turn_error_to_rpc};
+pub use crate::present::replay::stored_transcript;
 use crate::rpc::{
     self, CANCEL_REQUEST_METHOD, Classified, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, Incoming, Line,
     LineReader, METHOD_NOT_FOUND, Outbox, RequestId, RpcError,
@@ -77,7 +78,6 @@ use crate::rpc::{
 use crate::session::Session;
 use crate::store::{FailureSink, Store};
 use crate::sync::lock;
-pub use sessions::stored_transcript;
 use warnings::Warnings;
 
 /// ACP's "resource not found" code (`ErrorCode::ResourceNotFound`): an

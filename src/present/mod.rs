@@ -6,6 +6,9 @@
 //! - [`record`]: agent events in the journal's shape (ACP `session/update`s,
 //!   by design: see there), and the ACP shapes of how a turn ended, which
 //!   `lathe exec --json` prints on purpose.
+//! - [`replay`]: a stored session read back: what the user saw, and the
+//!   transcript the model continues from.
 
 pub mod record;
+pub mod replay;
 pub mod text;

@@ -210,7 +210,7 @@ impl Engine {
         store.written().wait().await;
         let reading = {
             let (store, id) = (Arc::clone(&store), id.to_owned());
-            tokio::task::spawn_blocking(move || crate::acp::stored_transcript(&store, &id))
+            tokio::task::spawn_blocking(move || crate::present::replay::stored_transcript(&store, &id))
         };
         let (mut meta, transcript) = reading.await.map_err(|err| {
             OpenError::Store(StoreError::Corrupt { path: PathBuf::from(id), message: err.to_string() })
