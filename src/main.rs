@@ -158,12 +158,23 @@ fn run_command(cli: Cli, command: Command) -> anyhow::Result<ExitCode> {
                 .build()
                 .context("starting the async runtime")?;
             let mut stderr = std::io::stderr();
-            match runtime.block_on(lathe::cli::sessions::run(command, data_dir.as_deref(), &mut stdout, &mut stderr)) {
+            let terminal = std::io::stdout().is_terminal();
+            let ran = lathe::cli::sessions::run(command, data_dir.as_deref(), &mut stdout, terminal, &mut stderr);
+            match runtime.block_on(ran) {
                 Ok(()) => Ok(ExitCode::SUCCESS),
                 // Each failed removal was reported already.
                 Err(lathe::cli::sessions::SessionsError::Partly(_)) => Ok(ExitCode::FAILURE),
-                Err(err) => {
+                Err(err @ lathe::cli::sessions::SessionsError::RawToTerminal) => {
                     eprintln!("lathe sessions: {err}");
+                    Ok(ExitCode::from(2))
+                }
+                Err(err) => {
+                    // It may quote a stored file (a session's id, a parse error's excerpt).
+                    let said = err.to_string();
+                    eprintln!(
+                        "lathe sessions: {}",
+                        lathe::present::text::shown(&said, lathe::present::text::Lines::One)
+                    );
                     Ok(ExitCode::FAILURE)
                 }
             }

@@ -3,12 +3,20 @@
 //! `prune --older-than`. Everything goes through [`Store`]: this module
 //! reads no session file itself; it only decides what to show and what to
 //! remove.
+//!
+//! What it prints holds text from the model, the workspace and tools (the
+//! conversation, titles, directory names): all of it is written through
+//! [`Printer`], which passes every line through [`shown`] (the escaping
+//! `exec` and `chat` use), and JSON through [`json_line`], so no escape
+//! sequence of theirs reaches a terminal. Only `show --raw`, to a pipe or a
+//! file, writes the conversation as it is.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use crate::model::{Message, UserPart};
+use crate::present::text::{Lines, json_line, shown};
 use crate::store::{Record, Retention, SessionSummary, Store, StoreError, StoredSession};
 
 /// `lathe sessions` subcommands.
@@ -23,15 +31,20 @@ pub enum SessionsCommand {
         #[arg(long)]
         json: bool,
     },
-    /// One session's conversation, as Markdown.
+    /// One session's conversation, as Markdown (control characters and
+    /// escape sequences shown as escapes).
     Show {
-        /// The session id (or a prefix that matches only one).
+        /// The session id (or a prefix of at least 4 characters after `sess_` that matches only one).
         id: String,
+        /// Write the conversation as it was said, escape sequences and all:
+        /// only to a pipe or a file, never to a terminal.
+        #[arg(long)]
+        raw: bool,
     },
     /// Remove sessions.
     #[command(visible_alias = "remove")]
     Rm {
-        /// Session ids (or unique prefixes).
+        /// Session ids (or unique prefixes of at least 4 characters after `sess_`).
         #[arg(required = true)]
         ids: Vec<String>,
     },
@@ -55,6 +68,19 @@ pub enum SessionsError {
     /// The store said no.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// An empty (or blank) id was given: it names no session.
+    #[error("an empty session id names no session")]
+    EmptyId,
+    /// A prefix too short to name a session with any confidence.
+    #[error(
+        "{0:?} is too short to name a session: give at least {MIN_PREFIX_CHARS} characters of its id after `sess_`"
+    )]
+    TooShort(String),
+    /// `show --raw` with the output on a terminal.
+    #[error(
+        "--raw writes the session's escape sequences as they are, so not to a terminal: send it to a file or a pipe"
+    )]
+    RawToTerminal,
     /// An id matched several sessions.
     #[error("{prefix:?} matches {} sessions: {}", .matches.len(), .matches.join(", "))]
     Ambiguous {
@@ -71,47 +97,104 @@ pub enum SessionsError {
     Partly(usize),
 }
 
+/// Fewest characters of a session id's own part (after `sess_`, which every
+/// id lathe makes begins with) a prefix must give: `lathe sessions rm s`
+/// must not remove the only session there is.
+pub const MIN_PREFIX_CHARS: usize = 4;
+
+/// Where a command's output goes: every line passes through [`shown`]
+/// (control characters, escape sequences, bidi and invisible characters
+/// made visible as escapes), except a `show --raw`'s conversation. There is
+/// no other way to write: this is what holds untrusted text off the terminal.
+pub struct Printer<'a> {
+    out: &'a mut dyn Write,
+}
+
+impl<'a> Printer<'a> {
+    /// Prints to `out`.
+    pub fn new(out: &'a mut dyn Write) -> Printer<'a> {
+        Printer { out }
+    }
+
+    /// `text` (any number of lines: `\n` and `\t` stay), shown.
+    fn text(&mut self, text: &str) -> std::io::Result<()> {
+        self.out.write_all(shown(text, Lines::Many).as_bytes())
+    }
+
+    /// One line: any line break inside `line` is shown as `\n`.
+    fn line(&mut self, line: &str) -> std::io::Result<()> {
+        self.out.write_all(shown(line, Lines::One).as_bytes())?;
+        self.out.write_all(b"\n")
+    }
+
+    /// `value` as one line of JSON with its hidden characters as `\u` escapes.
+    fn json(&mut self, value: &serde_json::Value) -> std::io::Result<()> {
+        let line = json_line(value).map_err(std::io::Error::other)?;
+        self.out.write_all(line.as_bytes())?;
+        self.out.write_all(b"\n")
+    }
+
+    /// `text` as it is: only for `show --raw` to what is not a terminal.
+    fn raw(&mut self, text: &str) -> std::io::Result<()> {
+        self.out.write_all(text.as_bytes())
+    }
+}
+
 /// Runs one `lathe sessions` command against the store under `data_dir`.
+/// `out_is_terminal` says whether `out` is a terminal (`show --raw` refuses
+/// to write to one).
 pub async fn run(
     command: SessionsCommand,
     data_dir: Option<&Path>,
     out: &mut dyn Write,
+    out_is_terminal: bool,
     err: &mut dyn Write,
 ) -> Result<(), SessionsError> {
+    let (mut out, mut err) = (Printer::new(out), Printer::new(err));
     let data_dir = data_dir.ok_or(SessionsError::NoDataDir)?;
     // Reading never creates the store: with none yet, there are no sessions.
     let exists = data_dir.join("sessions").is_dir();
     match command {
         SessionsCommand::List { cwd, json } => {
             let sessions = if exists { all(&open(data_dir)?, cwd.as_deref()) } else { Vec::new() };
-            list(&sessions, json, out)
+            list(&sessions, json, &mut out)
         }
-        SessionsCommand::Show { id } => {
+        SessionsCommand::Show { id, raw } => {
+            if raw && out_is_terminal {
+                return Err(SessionsError::RawToTerminal);
+            }
+            check_prefix(&id)?;
             if !exists {
                 return Err(StoreError::NotFound(id).into());
             }
             let store = open(data_dir)?;
             let id = resolve(&store, &id)?;
             let stored = store.load(&id)?;
-            out.write_all(markdown(&stored).as_bytes())?;
+            let text = markdown(&stored);
+            if raw {
+                out.raw(&text)?
+            } else {
+                out.text(&text)?
+            }
             Ok(())
         }
         SessionsCommand::Rm { ids } => {
-            if !exists {
-                return Err(StoreError::NotFound(ids.join(", ")).into());
-            }
-            let store = open(data_dir)?;
+            let store = if exists { Some(open(data_dir)?) } else { None };
             let mut failed = 0;
             for given in ids {
-                let removed = match resolve(&store, &given) {
-                    Ok(id) => store.delete(&id).await.map(|()| id).map_err(SessionsError::from),
-                    Err(why) => Err(why),
+                let removed = match (check_prefix(&given), &store) {
+                    (Err(why), _) => Err(why),
+                    (Ok(()), None) => Err(StoreError::NotFound(given).into()),
+                    (Ok(()), Some(store)) => match resolve(store, &given) {
+                        Ok(id) => store.delete(&id).await.map(|()| id).map_err(SessionsError::from),
+                        Err(why) => Err(why),
+                    },
                 };
                 match removed {
-                    Ok(id) => writeln!(out, "removed {id}")?,
+                    Ok(id) => out.line(&format!("removed {id}"))?,
                     Err(why) => {
                         failed += 1;
-                        writeln!(err, "lathe: {why}")?;
+                        err.line(&format!("lathe: {why}"))?;
                     }
                 }
             }
@@ -119,7 +202,7 @@ pub async fn run(
         }
         SessionsCommand::Prune { older_than, dry_run } => {
             if !exists {
-                writeln!(out, "no sessions")?;
+                out.line("no sessions")?;
                 return Ok(());
             }
             let store = open(data_dir)?;
@@ -136,10 +219,10 @@ pub async fn run(
                 }
                 removed += 1;
                 let verb = if dry_run { "would remove" } else { "removed" };
-                writeln!(out, "{verb} {} (last used {})", meta.session_id, meta.updated_at)?;
+                out.line(&format!("{verb} {} (last used {})", meta.session_id, meta.updated_at))?;
             }
             let verb = if dry_run { "would be removed" } else { "removed" };
-            writeln!(out, "{removed} session{} {verb}", if removed == 1 { "" } else { "s" })?;
+            out.line(&format!("{removed} session{} {verb}", if removed == 1 { "" } else { "s" }))?;
             Ok(())
         }
     }
@@ -163,8 +246,29 @@ fn all(store: &Store, cwd: Option<&Path>) -> Vec<SessionSummary> {
     store.list(cwd.as_deref(), None, usize::MAX).sessions
 }
 
-/// The one session `given` names: its exact id, else the only id it begins.
+/// Refuses an id that could name sessions it was not meant for: an empty or
+/// blank one, and a prefix with fewer than [`MIN_PREFIX_CHARS`] characters
+/// after `sess_` (so not `s`, `sess`, `sess_` or `sess_4b`).
+pub fn check_prefix(given: &str) -> Result<(), SessionsError> {
+    if given.trim().is_empty() {
+        return Err(SessionsError::EmptyId);
+    }
+    let own = match given.strip_prefix("sess_") {
+        Some(own) => own,
+        // `s`, `se`, `ses`, `sess`: the start every id shares.
+        None if "sess_".starts_with(given) => "",
+        None => given,
+    };
+    if own.chars().count() < MIN_PREFIX_CHARS {
+        return Err(SessionsError::TooShort(given.to_owned()));
+    }
+    Ok(())
+}
+
+/// The one session `given` names: its exact id, else the only id it begins
+/// (given passed [`check_prefix`]).
 fn resolve(store: &Store, given: &str) -> Result<String, SessionsError> {
+    check_prefix(given)?;
     match store.load_meta(given) {
         Ok(meta) => return Ok(meta.session_id),
         Err(StoreError::NotFound(_)) => {}
@@ -182,7 +286,7 @@ fn resolve(store: &Store, given: &str) -> Result<String, SessionsError> {
     }
 }
 
-fn list(sessions: &[SessionSummary], json: bool, out: &mut dyn Write) -> Result<(), SessionsError> {
+fn list(sessions: &[SessionSummary], json: bool, out: &mut Printer<'_>) -> Result<(), SessionsError> {
     if json {
         for summary in sessions {
             let line = serde_json::json!({
@@ -192,17 +296,17 @@ fn list(sessions: &[SessionSummary], json: bool, out: &mut dyn Write) -> Result<
                 "title": summary.title,
                 "updatedAt": summary.updated_at,
             });
-            writeln!(out, "{line}")?;
+            out.json(&line)?;
         }
         return Ok(());
     }
     if sessions.is_empty() {
-        writeln!(out, "no sessions")?;
+        out.line("no sessions")?;
         return Ok(());
     }
     for summary in sessions {
         let title = summary.title.as_deref().map(one_line).unwrap_or_else(|| "(untitled)".to_owned());
-        writeln!(out, "{}  {}  {}  {}", summary.session_id, summary.updated_at, summary.cwd.display(), title)?;
+        out.line(&format!("{}  {}  {}  {}", summary.session_id, summary.updated_at, summary.cwd.display(), title))?;
     }
     Ok(())
 }

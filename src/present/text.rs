@@ -46,6 +46,41 @@ pub fn shown(text: &str, lines: Lines) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// `value` as one line of JSON that is safe on a terminal: every character
+/// [`shown`] escapes is written as a `\uXXXX` escape inside its string (C0
+/// controls as serde_json writes them, the others here), so the line holds
+/// no escape sequence, C1 control or invisible character, and a JSON reader
+/// gets back exactly the same value. What `lathe exec --json` and `lathe
+/// sessions list --json` print.
+pub fn json_line<T: serde::Serialize + ?Sized>(value: &T) -> serde_json::Result<String> {
+    let mut out = Vec::with_capacity(128);
+    value.serialize(&mut serde_json::Serializer::with_formatter(&mut out, Visible))?;
+    // Only valid UTF-8 is written: serde_json's strings and ASCII escapes.
+    String::from_utf8(out).map_err(|err| serde_json::Error::io(std::io::Error::other(err)))
+}
+
+/// The compact formatter, with the hidden characters of strings escaped.
+struct Visible;
+
+impl serde_json::ser::Formatter for Visible {
+    fn write_string_fragment<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        fragment: &str,
+    ) -> std::io::Result<()> {
+        let mut rest = fragment;
+        while let Some((at, c)) = rest.char_indices().find(|(_, c)| is_hidden(*c)) {
+            writer.write_all(&rest.as_bytes()[..at])?;
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                write!(writer, "\\u{unit:04x}")?;
+            }
+            rest = &rest[at + c.len_utf8()..];
+        }
+        writer.write_all(rest.as_bytes())
+    }
+}
+
 /// Characters that change what text looks like without being seen.
 fn is_hidden(c: char) -> bool {
     matches!(
@@ -93,5 +128,23 @@ mod tests {
         for (text, lines, expected) in table {
             assert_eq!(shown(text, lines), expected, "{text:?}");
         }
+    }
+
+    /// JSON for a terminal: the same value back, and not one character in
+    /// the line that [`shown`] would escape (C0, DEL, C1, bidi, invisible,
+    /// tags beyond the BMP), every family of escape sequence included.
+    #[test]
+    fn json_lines_are_the_same_value_with_nothing_hidden() {
+        let hostile = "osc52 \u{1b}]52;c;cHduZWQ=\u{7} title \u{1b}]0;pwned\u{7} link \u{1b}]8;;http://evil\u{1b}\\x\u{1b}]8;;\u{1b}\\ \
+                       clear \u{1b}[2J\u{1b}[H up \u{1b}[5A c1 \u{9b}31m \u{9d}0;x\u{9c} bare \u{1b} bel \u{7} bs \u{8} \
+                       cr \r del \u{7f} bidi \u{202e}txt zw \u{200b} tag \u{e0041} ok 日本語 🦀";
+        let mut value = serde_json::json!({"title": hostile, "nested": [hostile]});
+        value[hostile] = 1.into();
+        let line = json_line(&value).unwrap();
+        assert!(!line.chars().any(is_hidden), "{line:?}");
+        assert!(line.contains("\\u009b") && line.contains("\\u202e") && line.contains("\\udb40\\udc41"), "{line}");
+        assert!(line.contains("日本語 🦀"), "visible text is left as it is: {line}");
+        let back: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(back, value);
     }
 }

@@ -178,7 +178,9 @@ impl Screen {
         if self.output != Output::Json {
             return;
         }
-        if let Ok(line) = serde_json::to_string(value) {
+        // The same JSON an editor gets, with no escape sequence or C1
+        // control left raw for a terminal to act on.
+        if let Ok(line) = crate::present::text::json_line(value) {
             let mut stdout = std::io::stdout().lock();
             let _ = writeln!(stdout, "{line}");
             let _ = stdout.flush();

@@ -110,6 +110,8 @@ pub async fn exec(config: Config, args: ExecArgs) -> u8 {
         if let Some(object) = line.as_object_mut() {
             object.insert("sessionId".to_owned(), json!(session.id()));
         }
+        // An error may quote the server (`providerMessage`): its hidden characters as `\u` escapes.
+        let line = crate::present::text::json_line(&line).unwrap_or_default();
         let mut stdout = std::io::stdout().lock();
         let _ = writeln!(stdout, "{line}");
         let _ = stdout.flush();

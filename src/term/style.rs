@@ -76,9 +76,12 @@ pub fn err_line(line: &str) {
     let _ = stderr.flush();
 }
 
-/// A warning line on stderr.
+/// A warning line on stderr. `text` is shown through
+/// [`crate::present::text::shown`]: a warning may quote a stored session (an
+/// error reading its log) or the workspace.
 pub fn warn_line(text: &str) {
     let paint = Paint::stderr();
+    let text = crate::present::text::shown(text, crate::present::text::Lines::Many);
     err_line(&format!("{} {text}", paint.yellow("lathe:")));
 }
 

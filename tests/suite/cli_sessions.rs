@@ -1,16 +1,20 @@
 //! `lathe sessions`: a session made over ACP (the real binary) is listed,
-//! shown as Markdown, removed; old sessions are pruned and recent ones kept.
-//! The commands run in process on the same data directory, and once
-//! through the binary for its wiring.
+//! shown as Markdown, removed; old sessions are pruned and recent ones kept;
+//! nothing a session holds reaches the terminal as an escape sequence (issue
+//! 29); an empty or too short id names no session (issue 29). The commands
+//! run in process on the same data directory, and through the binary for
+//! its wiring.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use lathe::cli::sessions::{SessionsCommand, SessionsError, run};
 
-use crate::support::acp_client::prompt;
+use crate::support::acp_client::{handshake, prompt};
 use crate::support::harness::Harness;
-use crate::support::mock_openai::text_reply;
+use crate::support::mock_openai::{
+    Reply, ev_finish, ev_reasoning, ev_role, ev_tool_call_args, ev_tool_call_start, text_reply,
+};
 
 /// Where the harness's agent saves sessions.
 fn data_dir(h: &Harness) -> PathBuf {
@@ -18,8 +22,17 @@ fn data_dir(h: &Harness) -> PathBuf {
 }
 
 async fn sessions(command: SessionsCommand, data: &Path) -> (Result<(), SessionsError>, String, String) {
+    sessions_to(command, data, false).await
+}
+
+/// [`sessions`], saying whether the output is a terminal.
+async fn sessions_to(
+    command: SessionsCommand,
+    data: &Path,
+    terminal: bool,
+) -> (Result<(), SessionsError>, String, String) {
     let (mut out, mut err) = (Vec::new(), Vec::new());
-    let result = run(command, Some(data), &mut out, &mut err).await;
+    let result = run(command, Some(data), &mut out, terminal, &mut err).await;
     (result, String::from_utf8(out).unwrap(), String::from_utf8(err).unwrap())
 }
 
@@ -57,7 +70,7 @@ async fn a_session_is_listed_shown_and_removed() {
     assert_eq!(meta["sessionId"], session.as_str());
 
     // A unique prefix is enough.
-    let (result, shown, _) = sessions(SessionsCommand::Show { id: session[..12].to_owned() }, &data).await;
+    let (result, shown, _) = sessions(SessionsCommand::Show { id: session[..12].to_owned(), raw: false }, &data).await;
     result.unwrap();
     assert!(shown.starts_with("# Explain the build"), "{shown}");
     let asked = shown.find("## User\n\nExplain the build").unwrap_or_else(|| panic!("{shown}"));
@@ -72,7 +85,7 @@ async fn a_session_is_listed_shown_and_removed() {
     let (result, _, err) = sessions(SessionsCommand::Rm { ids: vec![session.clone()] }, &data).await;
     assert!(matches!(result, Err(SessionsError::Partly(1))), "{result:?}");
     assert!(err.contains("no stored session"), "{err}");
-    let (result, _, _) = sessions(SessionsCommand::Show { id: session }, &data).await;
+    let (result, _, _) = sessions(SessionsCommand::Show { id: session, raw: false }, &data).await;
     assert!(result.unwrap_err().to_string().contains("no stored session"));
 }
 
@@ -227,4 +240,149 @@ fn completions_man_and_init_through_the_binary() {
     let unknown = lathe(&["init", "--preset", "nope", "--print"]);
     assert_eq!(unknown.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("openrouter"));
+}
+
+/// Every family of terminal escape a hostile model, file or page can send:
+/// OSC 52 (clipboard write), OSC 0 (window title), OSC 8 (hyperlink), CSI
+/// (clear screen, cursor home and moves, colour, erase line), C1 controls
+/// (CSI, OSC, ST, NEL as single characters), a bare ESC and ESC sequences
+/// (save/restore cursor, full reset), BEL, backspace, carriage return, DEL,
+/// a bidi override and zero-width characters.
+const ESCAPES: &str = "osc52 \u{1b}]52;c;cHduZWQ=\u{7} osc0 \u{1b}]0;pwned title\u{7} \
+                       osc8 \u{1b}]8;;https://evil.example/\u{1b}\\click\u{1b}]8;;\u{1b}\\ \
+                       csi \u{1b}[2J\u{1b}[H\u{1b}[5A\u{1b}[10;10H\u{1b}[31mred\u{1b}[0m\u{1b}[2K \
+                       c1 \u{9b}2J \u{9d}0;c1 title\u{9c} \u{85}nel \
+                       bare \u{1b} esc7 \u{1b}7 esc8 \u{1b}8 reset \u{1b}c bel \u{7} bs x\u{8}\u{8} cr \rover \
+                       del \u{7f} bidi \u{202e}gnp.exe zw a\u{200b}b\u{2060}c tag \u{e0041}";
+
+/// A character a terminal would act on or hide rather than show (line
+/// breaks and tabs aside).
+fn hidden(c: char) -> bool {
+    (c.is_control() && c != '\n' && c != '\t')
+        || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{e0000}'..='\u{e007f}')
+}
+
+fn assert_nothing_hidden(what: &str, text: &str) {
+    if let Some(c) = text.chars().find(|c| hidden(*c)) {
+        panic!("{what} printed {c:?} raw: {text:?}");
+    }
+}
+
+/// Issue 29: a session whose directory name, title (from the prompt),
+/// reasoning, answer and tool result (a file read from the workspace) hold
+/// every escape family: `list`, `list --json`, `show`, `rm` and `prune`
+/// print none of it raw, in process and through the binary. `show` shows
+/// each as an escape (`\u{1b}]52;`) and keeps the text; `list --json` is the
+/// same JSON value with `\u` escapes. `show --raw` writes it as it is to a
+/// pipe and refuses a terminal.
+#[tokio::test]
+async fn no_escape_from_a_session_reaches_the_terminal() {
+    let mut h = Harness::start().await;
+    let project = h.project.join("checkout \u{1b}]0;dir\u{7}\u{1b}[2J");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(project.join("notes.txt"), format!("notes: {ESCAPES}\n")).unwrap();
+    let session = handshake(&mut h.agent, serde_json::json!({}), &project).await;
+    h.mock.push(Reply::Sse(vec![
+        ev_role(),
+        ev_reasoning(&format!("thinking {ESCAPES}")),
+        ev_tool_call_start(0, "call_r", "read_file"),
+        ev_tool_call_args(0, &serde_json::json!({"path": "notes.txt"}).to_string()),
+        ev_finish("tool_calls"),
+    ]));
+    h.mock.push(text_reply(&format!("answer {ESCAPES}")));
+    let title = "\u{1b}]0;pwned\u{7}\u{1b}[2J\u{9b}31m\u{202e} fix it";
+    let id = prompt(&mut h.agent, &session, &format!("{title}\nand also {ESCAPES}")).await;
+    let (_, response) = h.agent.response(id).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    stop(&mut h).await;
+    let data = data_dir(&h);
+
+    let (result, listed, _) = sessions(SessionsCommand::List { cwd: None, json: false }, &data).await;
+    result.unwrap();
+    assert_nothing_hidden("list", &listed);
+    assert!(listed.contains("\\u{1b}]0;pwned\\u{7}") && listed.contains("\\u{1b}]0;dir"), "{listed}");
+
+    let (result, json, _) = sessions(SessionsCommand::List { cwd: None, json: true }, &data).await;
+    result.unwrap();
+    assert_nothing_hidden("list --json", &json);
+    let meta: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
+    assert_eq!(meta["title"], title, "the same value, escaped as JSON");
+    assert_eq!(meta["cwd"], project.to_str().unwrap());
+
+    let show = || SessionsCommand::Show { id: session.clone(), raw: false };
+    let (result, shown, _) = sessions(show(), &data).await;
+    result.unwrap();
+    assert_nothing_hidden("show", &shown);
+    for said in ["thinking osc52", "answer osc52", "notes: osc52", "and also osc52"] {
+        let at = shown.find(said).unwrap_or_else(|| panic!("{said:?} in {shown}"));
+        assert!(shown[at..].starts_with(&format!("{said} \\u{{1b}}]52;c;cHduZWQ=\\u{{7}} osc0")), "{}", &shown[at..]);
+    }
+    // On a terminal too: `show` escapes wherever it writes.
+    let (result, on_terminal, _) = sessions_to(show(), &data, true).await;
+    result.unwrap();
+    assert_eq!(on_terminal, shown);
+
+    let raw = || SessionsCommand::Show { id: session.clone(), raw: true };
+    let (result, piped, _) = sessions_to(raw(), &data, false).await;
+    result.unwrap();
+    assert!(piped.contains(&format!("answer {ESCAPES}")), "--raw to a pipe: as said");
+    let (result, written, _) = sessions_to(raw(), &data, true).await;
+    assert!(matches!(result, Err(SessionsError::RawToTerminal)), "{result:?}");
+    assert!(written.is_empty(), "{written:?}");
+
+    let month = Duration::from_secs(30 * 24 * 3600);
+    let (result, pruned, _) = sessions(SessionsCommand::Prune { older_than: month, dry_run: true }, &data).await;
+    result.unwrap();
+    assert_nothing_hidden("prune", &pruned);
+
+    // Through the binary: stdout is a pipe here, and it is escaped all the same.
+    let lathe = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_lathe"))
+            .args(args)
+            .env("HOME", h.home.path())
+            .env("XDG_DATA_HOME", h.home.path().join(".local/share"))
+            .env_remove("LATHE_DATA_DIR")
+            .env_remove("LATHE_TRACE")
+            .output()
+            .unwrap()
+    };
+    for args in [&["sessions", "list"][..], &["sessions", "list", "--json"], &["sessions", "show", &session]] {
+        let output = lathe(args);
+        assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
+        assert_nothing_hidden(&format!("{args:?}"), &String::from_utf8(output.stdout).unwrap());
+    }
+    let raw = lathe(&["sessions", "show", "--raw", &session]);
+    assert!(String::from_utf8(raw.stdout).unwrap().contains(&format!("answer {ESCAPES}")));
+
+    let (result, removed, err) = sessions(SessionsCommand::Rm { ids: vec![session.clone()] }, &data).await;
+    result.unwrap();
+    assert_nothing_hidden("rm", &(removed + &err));
+}
+
+/// Issue 29: an empty or blank id, and a prefix with fewer than 4
+/// characters after `sess_`, name no session, for `rm` and `show` alike; the
+/// only session there is stays. Four characters are enough.
+#[tokio::test]
+async fn an_empty_or_short_id_names_no_session() {
+    let mut h = Harness::start().await;
+    let session = prompted_session(&mut h, "The only one", "Yes.").await;
+    stop(&mut h).await;
+    let data = data_dir(&h);
+    let short = &session[..8];
+    for given in ["", " ", "\t\n", "s", "sess", "sess_", short] {
+        let (result, out, err) = sessions(SessionsCommand::Rm { ids: vec![given.to_owned()] }, &data).await;
+        assert!(matches!(result, Err(SessionsError::Partly(1))), "rm {given:?}: {result:?}");
+        assert!(out.is_empty(), "rm {given:?}: {out}");
+        assert!(err.contains("empty session id") || err.contains("too short"), "rm {given:?}: {err}");
+        let (result, out, _) = sessions(SessionsCommand::Show { id: given.to_owned(), raw: false }, &data).await;
+        let refused = matches!(result, Err(SessionsError::EmptyId | SessionsError::TooShort(_)));
+        assert!(refused, "show {given:?}: {result:?}");
+        assert!(out.is_empty(), "show {given:?}: {out}");
+    }
+    let (_, listed, _) = sessions(SessionsCommand::List { cwd: None, json: false }, &data).await;
+    assert!(listed.starts_with(&session), "still there: {listed}");
+
+    let (result, out, _) = sessions(SessionsCommand::Rm { ids: vec![session[..9].to_owned()] }, &data).await;
+    result.unwrap();
+    assert_eq!(out.trim(), format!("removed {session}"));
 }
