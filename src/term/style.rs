@@ -29,6 +29,12 @@ impl Paint {
         Paint { colour: std::io::stdout().is_terminal() && !no_color() }
     }
 
+    /// No colour, wherever it goes.
+    #[cfg(test)]
+    pub fn plain() -> Paint {
+        Paint { colour: false }
+    }
+
     /// Whether colour is on.
     pub fn on(self) -> bool {
         self.colour
@@ -88,31 +94,43 @@ pub fn warn_line(text: &str) {
 /// A unified diff of `old` -> `new` for `path`, coloured when `paint` is on,
 /// at most `max_lines` lines (a note says how many more there were).
 pub fn diff(paint: Paint, path: &str, old: Option<&str>, new: &str, max_lines: usize) -> String {
-    let old = old.unwrap_or("");
-    let diff = similar::TextDiff::from_lines(old, new);
-    let unified = diff.unified_diff().context_radius(3).header(path, path).to_string();
+    let lines = diff_lines(path, old, new);
     let mut out = String::new();
-    let lines: Vec<&str> = unified.lines().collect();
     for line in lines.iter().take(max_lines) {
-        let shown = crate::present::text::shown(line, crate::present::text::Lines::One);
-        let coloured = if line.starts_with("+++") || line.starts_with("---") {
-            paint.bold(&shown)
-        } else if line.starts_with('+') {
-            paint.green(&shown)
-        } else if line.starts_with('-') {
-            paint.red(&shown)
-        } else if line.starts_with("@@") {
-            paint.cyan(&shown)
-        } else {
-            shown.into_owned()
-        };
-        out.push_str(&coloured);
+        out.push_str(&diff_colour(paint, line));
         out.push('\n');
     }
     if lines.len() > max_lines {
         out.push_str(&paint.dim(&format!("… {} more lines\n", lines.len() - max_lines)));
     }
     out
+}
+
+/// The lines of a unified diff of `old` -> `new` for `path`, uncoloured,
+/// each shown through [`crate::present::text::shown`] as one line.
+pub fn diff_lines(path: &str, old: Option<&str>, new: &str) -> Vec<String> {
+    let diff = similar::TextDiff::from_lines(old.unwrap_or(""), new);
+    let unified = diff.unified_diff().context_radius(3).header(path, path).to_string();
+    unified
+        .lines()
+        .map(|line| crate::present::text::shown(line, crate::present::text::Lines::One).into_owned())
+        .collect()
+}
+
+/// One line of [`diff_lines`] in its colour: headers bold, added green,
+/// removed red, hunks cyan.
+pub fn diff_colour(paint: Paint, line: &str) -> String {
+    if line.starts_with("+++") || line.starts_with("---") {
+        paint.bold(line)
+    } else if line.starts_with('+') {
+        paint.green(line)
+    } else if line.starts_with('-') {
+        paint.red(line)
+    } else if line.starts_with("@@") {
+        paint.cyan(line)
+    } else {
+        line.to_owned()
+    }
 }
 
 /// Lines added and removed between `old` and `new`.

@@ -1,6 +1,7 @@
 //! `lathe chat` (issue 13) driven through a pseudo-terminal: a prompt
-//! streamed and rendered as Markdown, a permission answered by one key,
-//! Ctrl-C cancelling a running shell command, Ctrl-D (or Ctrl-C twice at the
+//! streamed and rendered as Markdown, a permission answered by one key, a
+//! long command's question that still fits the screen (issue 29), Ctrl-C
+//! cancelling a running shell command, Ctrl-D (or Ctrl-C twice at the
 //! prompt) quitting with 0, and a clear refusal without a terminal.
 
 use std::process::Stdio;
@@ -86,6 +87,65 @@ async fn a_permission_is_answered_by_one_key() {
         prompt(&mut pty);
         assert_eq!(std::fs::read_to_string(term.project.join("new.txt")).unwrap(), "fresh\n");
         quit(&mut pty);
+    })
+    .await
+    .unwrap();
+}
+
+/// The question that ends `seen` (from its `? Run` line), as lines.
+fn question_lines(seen: &[u8], head: &str) -> Vec<String> {
+    let shown = without_escapes(&String::from_utf8_lossy(seen));
+    let start = shown.rfind(head).unwrap_or_else(|| panic!("{head:?} in {shown:?}"));
+    // Its first line is the first of the two `head` lines (the second is above the keys).
+    let start = shown[..start].rfind(head).filter(|first| start - first < 4000).unwrap_or(start);
+    shown[start..].split('\n').map(|line| line.trim_end_matches('\r').to_owned()).collect()
+}
+
+/// Issue 29: a command whose real first line is followed by 40 blank lines
+/// inside a string and 30 more lines cannot push that line off a 24-row
+/// terminal: the blank lines are collapsed with a count, the lines are
+/// capped with "N more lines, press v to view all", the whole question fits
+/// in the rows, and the line right above the keys repeats the command's
+/// first line. `v` shows every line, then the title and keys again; `n`
+/// rejects, and the command never runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_command_cannot_push_its_first_line_off_the_screen() {
+    let term = Term::start("").await;
+    let tail: String = (1..=30).map(|n| format!("echo tail {n}\n")).collect();
+    let command = format!("touch pwned.txt; echo \"{}harmless\"\n{tail}", "\n".repeat(40));
+    term.mock.push(tool_call_reply(&[("call_sh", "shell", json!({"command": command}))]));
+    term.mock.push(text_reply("Left alone."));
+    tokio::task::spawn_blocking(move || {
+        let mut command = term.std_command(&["chat"]);
+        command.env("TERM", "xterm-256color").env("NO_COLOR", "1");
+        let mut pty = Session::spawn(command).expect("spawn lathe chat on a pty");
+        pty.get_process_mut().set_window_size(80, 24).unwrap();
+        pty.set_expect_timeout(Some(Duration::from_secs(30)));
+        prompt(&mut pty);
+        pty.send_line("tidy up").unwrap();
+        let head = "? Run `touch pwned.txt; echo \"";
+        let asked = pty.expect("[v] View all").unwrap();
+        let lines = question_lines(asked.before(), head);
+        assert!(lines[0].starts_with(head), "{lines:#?}");
+        let rows: usize = lines.iter().map(|line| line.chars().count().div_ceil(80).max(1)).sum();
+        assert!(rows < 24, "{rows} rows: {lines:#?}");
+        assert!(lines.iter().any(|line| line.contains("… 39 blank lines")), "{lines:#?}");
+        assert!(lines.iter().any(|line| line.contains("more lines, press v to view all")), "{lines:#?}");
+        assert!(!lines.iter().any(|line| line.contains("echo tail 30")), "capped: {lines:#?}");
+        assert!(lines[lines.len() - 2].starts_with(head), "the first line beside the keys: {lines:#?}");
+
+        pty.send("v").unwrap();
+        let all = pty.expect("[v] View all").unwrap();
+        let lines = question_lines(all.before(), head);
+        assert!(lines.iter().any(|line| line.contains("echo tail 30")), "every line: {lines:#?}");
+        assert!(lines.iter().filter(|line| line.trim().is_empty()).count() >= 39, "{lines:#?}");
+        assert!(lines[lines.len() - 2].starts_with(head), "{lines:#?}");
+
+        pty.send("n").unwrap();
+        pty.expect("Left alone.").unwrap();
+        prompt(&mut pty);
+        quit(&mut pty);
+        assert!(!term.project.join("pwned.txt").exists(), "the command never ran");
     })
     .await
     .unwrap();
