@@ -46,6 +46,13 @@ pub async fn persist(session: &Session) {
     }
 }
 
+/// Why the session's checkpoints are off (an index of a newer lathe), the
+/// first time it is asked, for the front end to tell the user once.
+pub async fn notice(session: &Session) -> Option<String> {
+    let checkpoints = session.checkpoints()?;
+    blocking(checkpoints, Checkpoints::take_notice).await.flatten()
+}
+
 /// A turn being checkpointed: started with [`TurnRecording::begin`] before
 /// the turn runs, its tools given [`TurnRecording::host`], ended with
 /// [`TurnRecording::finish`].
@@ -191,9 +198,12 @@ pub async fn redo(turn: &mut TurnGuard) -> Done {
 /// files each changed.
 pub async fn list(session: &Session) -> String {
     let Some(checkpoints) = session.checkpoints().cloned() else { return NO_CHECKPOINTS.to_owned() };
-    let Some(turns) = blocking(&checkpoints, Checkpoints::turns).await else {
+    let Some((off, turns)) = blocking(&checkpoints, |c| (c.off_reason(), c.turns())).await else {
         return "The checkpoints could not be read; see lathe's log.".to_owned();
     };
+    if let Some(why) = off {
+        return why;
+    }
     if turns.is_empty() {
         return "There is no turn to undo.".to_owned();
     }

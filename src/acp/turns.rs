@@ -121,6 +121,9 @@ impl Server {
         let external = session.external_tools();
         // The turn's changes to files are checkpointed (`/undo`) when the session keeps checkpoints.
         let recording = TurnRecording::begin(&session, turn.conversation(), &parts).await;
+        if let Some(notice) = crate::undo::notice(&session).await {
+            self.warnings.warn(session.id(), "Checkpoints are off for this session", &notice);
+        }
         let recorder = recording.as_ref().map(|recording| recording.host(&host));
         let host: &dyn crate::tools::Host = match &recorder {
             Some(recorder) => recorder,

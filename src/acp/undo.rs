@@ -237,6 +237,7 @@ mod tests {
         };
         let mut turns = vec![
             TurnRecord {
+                id: "t1".to_owned(),
                 number: 1,
                 prompt: "first \"quoted\"".to_owned(),
                 started_at: "2026-12-03T18:00:00Z".to_owned(),
@@ -250,6 +251,7 @@ mod tests {
                 ],
             },
             TurnRecord {
+                id: "t2".to_owned(),
                 number: 2,
                 prompt: "second".to_owned(),
                 started_at: "2026-12-03T18:01:00Z".to_owned(),

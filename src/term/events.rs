@@ -106,6 +106,12 @@ impl TermEvents {
         screen.err_lines(&lines.join("\n"));
     }
 
+    /// A warning on stderr (the spinner stopped and open lines ended first).
+    pub fn warn(&self, text: &str) {
+        lock(&self.screen).break_lines();
+        style::warn_line(text);
+    }
+
     /// Starts the spinner (chat), until the first event.
     pub fn waiting(&self) {
         lock(&self.screen).spin();

@@ -334,6 +334,9 @@ impl Engine {
         let external = session.external_tools();
         // The turn's changes to files are checkpointed (`/undo`) when the session keeps checkpoints.
         let recording = TurnRecording::begin(&session, turn.conversation(), &parts).await;
+        if let Some(notice) = crate::undo::notice(&session).await {
+            events.warn(&notice);
+        }
         let recorder = recording.as_ref().map(|recording| recording.host(&host));
         let host: &dyn Host = match &recorder {
             Some(recorder) => recorder,

@@ -509,3 +509,79 @@ async fn a_turn_closed_mid_command_can_be_undone_after_an_immediate_load() {
     let (messages, _) = run(&mut h, &session, "/undo").await;
     assert_eq!(read(&notes).as_deref(), Some("original notes\n"), "{}", agent_text(&messages));
 }
+
+/// Issue 29: a command that makes sparse files (here 30
+/// of 2 MiB, nearly nothing on disk) leaves no copy of them: each is "too
+/// big to keep", `/undo` says so for each, and what is stored stays under
+/// the cap (8 MiB, which copies of them would pass seven times over).
+#[tokio::test]
+async fn sparse_files_a_command_makes_are_too_big_to_keep() {
+    let mut h = Harness::with_config("[sessions]\ncheckpoint_max_bytes = 8388608\n").await;
+    let session = h.session().await;
+    set_mode(&mut h.agent, &session, "full-auto").await;
+    let command = "for n in $(seq 1 30); do truncate -s 2M sparse$n.img; done; echo small > small.txt";
+    h.mock.push(tool_call_reply(&[("call_sh", "shell", json!({"command": command}))]));
+    h.mock.push(text_reply("Made them."));
+    let (messages, _) = run(&mut h, &session, "make the images").await;
+    assert_eq!(final_status(&messages, "call_sh"), "completed");
+    assert_eq!(std::fs::metadata(h.project.join("sparse30.img")).unwrap().len(), 2 << 20);
+    let blobs = checkpoint_dir(&h, &session).join("blobs");
+    let stored: u64 = std::fs::read_dir(&blobs)
+        .map(|entries| entries.flatten().filter_map(|entry| entry.metadata().ok()).map(|m| m.len()).sum())
+        .unwrap_or(0);
+    assert!(stored < 1 << 20, "{stored} bytes of copies");
+
+    let (messages, _) = run(&mut h, &session, "/undo").await;
+    let shown = serde_json::to_string(undo_content(&messages, "Undo")).unwrap();
+    for n in 1..=30 {
+        assert!(shown.contains(&format!("sparse{n}.img: not restored: ")), "sparse{n}.img in {shown}");
+    }
+    assert_eq!(shown.matches("too big to keep").count(), 30, "{shown}");
+    assert!(!h.project.join("small.txt").exists(), "the rest is undone");
+    assert!(h.project.join("sparse1.img").exists(), "left as the turn left them");
+}
+
+/// Issue 29: a checkpoint index written by a newer lathe (a higher
+/// version) is never replaced and its copies never deleted: checkpoints
+/// are off for the session when it is loaded again, the user is told once
+/// (a warning, not twice), and `/undo` says why it does nothing. (A newer
+/// index appearing while a session runs: `checkpoint::tests`.)
+#[tokio::test]
+async fn an_index_of_a_newer_lathe_is_never_replaced() {
+    let mut h = Harness::start().await;
+    let session = h.session().await;
+    set_mode(&mut h.agent, &session, "full-auto").await;
+    let write = |id: &str, path: &str| tool_call_reply(&[(id, "write_file", json!({"path": path, "content": "x\n"}))]);
+    h.mock.push(write("call_a", "a.txt"));
+    h.mock.push(text_reply("Wrote a."));
+    run(&mut h, &session, "write a").await;
+    // A newer lathe used the session since (this one stopped: its clean-up
+    // after the answer is over, and nothing races the test's writes).
+    h.restart().await;
+    let dir = checkpoint_dir(&h, &session);
+    let newer = r#"{"version": 99, "turns": [], "somethingNew": {"lathe": "from the future"}}"#;
+    std::fs::write(dir.join("index.json"), newer).unwrap();
+    std::fs::write(dir.join("blobs").join("0".repeat(64)), "a newer lathe's copy").unwrap();
+    let copies = std::fs::read_dir(dir.join("blobs")).unwrap().count();
+    initialize(&mut h.agent, json!({})).await;
+    let id = h.agent.request("session/load", json!({"sessionId": session, "cwd": h.project, "mcpServers": []})).await;
+    assert!(h.agent.response(id).await.1.get("result").is_some());
+    set_mode(&mut h.agent, &session, "full-auto").await;
+
+    let mut warnings = Vec::new();
+    for (call, path) in [("call_b", "b.txt"), ("call_c", "c.txt")] {
+        h.mock.push(write(call, path));
+        h.mock.push(text_reply("Wrote it."));
+        let (messages, _) = run(&mut h, &session, &format!("write {path}")).await;
+        assert_eq!(final_status(&messages, call), "completed");
+        warnings.extend(agent_text(&messages).matches("Checkpoints are off for this session").map(str::to_owned));
+    }
+    assert_eq!(warnings.len(), 1, "told once");
+    let (messages, _) = run(&mut h, &session, "/undo").await;
+    assert!(agent_text(&messages).contains("newer lathe"), "{}", agent_text(&messages));
+    assert!(h.project.join("c.txt").exists() && h.project.join("b.txt").exists(), "nothing undone");
+    h.agent.close_stdin();
+    h.agent.wait_exit(std::time::Duration::from_secs(10)).await.expect("the agent ends on EOF");
+    assert_eq!(std::fs::read_to_string(dir.join("index.json")).unwrap(), newer, "never replaced");
+    assert_eq!(std::fs::read_dir(dir.join("blobs")).unwrap().count(), copies, "no copy deleted or added");
+}

@@ -43,6 +43,21 @@ fn open_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).expect("the agent's fd table").count()
 }
 
+/// [`open_fds`] once no checkpoint write is under way: the last turn's
+/// checkpoint is written just after its answer, holding its files (the
+/// index's lock and the new index) for a moment that is not what is counted.
+async fn open_fds_at_rest(pid: u32) -> usize {
+    let writing = || {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
+        // An fd closed while listed is not open.
+        fds.flatten()
+            .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+            .any(|target| target.components().any(|part| part.as_os_str() == "checkpoints"))
+    };
+    crate::support::clock::poll_until("the last checkpoint is written", Duration::from_secs(10), || !writing()).await;
+    open_fds(pid)
+}
+
 fn mode(path: &Path) -> u32 {
     std::fs::metadata(path).unwrap_or_else(|err| panic!("{}: {err}", path.display())).permissions().mode() & 0o777
 }
@@ -104,13 +119,13 @@ async fn session_log_handles_are_closed_with_their_sessions() {
     for _ in 0..40 {
         cycle(&mut h, true).await;
     }
-    let after_closed = open_fds(pid);
+    let after_closed = open_fds_at_rest(pid).await;
     assert!(after_closed <= before + 2, "40 sessions prompted and closed: {before} fds before, {after_closed} after");
 
     for _ in 0..40 {
         cycle(&mut h, false).await;
     }
-    let after_open = open_fds(pid);
+    let after_open = open_fds_at_rest(pid).await;
     assert!(
         after_open <= before + 2 + 16,
         "40 sessions prompted and left open hold at most 16 logs: {before} fds before, {after_open} after"

@@ -514,3 +514,51 @@ async fn exec_turns_are_undone_and_redone() {
     assert!(!sent.contains("call_w") && !sent.contains("Created."), "the undone turn is gone: {sent}");
     assert_eq!(term.saved_sessions().len(), 1, "every command went on with the same session");
 }
+
+/// Issue 29: an editor and `lathe exec --resume` on the same session, both
+/// running: the editor's turn after the exec's does not lose the exec's
+/// checkpoint. `/checkpoints` lists every turn in both front ends, and
+/// `/undo` in the editor walks back through all of them, the exec's too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_editor_and_exec_on_one_session_keep_each_others_checkpoints() {
+    let term = Term::start("").await;
+    let write = |id: &str, path: &str| tool_call_reply(&[(id, "write_file", json!({"path": path, "content": "x\n"}))]);
+    let mut editor = term.agent();
+    let session = handshake(&mut editor, json!({}), &term.project).await;
+    let id = editor.request("session/set_mode", json!({"sessionId": session, "modeId": "full-auto"})).await;
+    assert!(editor.response(id).await.1.get("result").is_some());
+    let turn = async |editor: &mut AgentProcess, said: &str| {
+        let id = prompt(editor, &session, said).await;
+        let (messages, response) = editor.response(id).await;
+        assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+        agent_text(&messages)
+    };
+
+    term.mock.push(write("call_a", "a.txt"));
+    term.mock.push(text_reply("Wrote a."));
+    turn(&mut editor, "editor writes a").await;
+    let meta = term.home.path().join(".local/share/lathe/sessions").join(&session).join("meta.json");
+    crate::support::clock::poll_until("the session is saved", Duration::from_secs(10), || meta.exists()).await;
+
+    term.mock.push(write("call_b", "b.txt"));
+    term.mock.push(text_reply("Wrote b."));
+    let output = term.exec(&["--resume", &session, "--mode", "full-auto", "exec writes b"], None).await;
+    assert_eq!(code(&output), 0, "{}", text(&output.stderr));
+
+    term.mock.push(write("call_c", "c.txt"));
+    term.mock.push(text_reply("Wrote c."));
+    turn(&mut editor, "editor writes c").await;
+
+    let prompts = ["\"editor writes a\"", "\"exec writes b\"", "\"editor writes c\""];
+    let listed = turn(&mut editor, "/checkpoints").await;
+    assert!(prompts.iter().all(|said| listed.contains(said)), "the editor lists every turn: {listed}");
+    let output = term.exec(&["--resume", &session, "/checkpoints"], None).await;
+    let listed = text(&output.stdout);
+    assert!(prompts.iter().all(|said| listed.contains(said)), "exec lists every turn: {listed}");
+
+    for (said, path) in [("editor writes c", "c.txt"), ("exec writes b", "b.txt"), ("editor writes a", "a.txt")] {
+        let reply = turn(&mut editor, "/undo").await;
+        assert!(reply.contains(&format!("Undid the turn \"{said}\": 1 file put back")), "{reply}");
+        assert!(!term.project.join(path).exists(), "{path} removed");
+    }
+}
