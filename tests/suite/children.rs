@@ -188,12 +188,15 @@ async fn assert_no_secret_kept_or_sent(mut h: Harness, secrets: &[(&str, &str)])
     let mut files = vec![h.home.path().join(".local/share/lathe")];
     let mut logs = 0;
     while let Some(path) = files.pop() {
+        // Entries that vanish while listed (a temporary file renamed) are skipped.
         if path.is_dir() {
-            files.extend(std::fs::read_dir(&path).unwrap().flatten().map(|entry| entry.path()));
+            let Ok(entries) = std::fs::read_dir(&path) else { continue };
+            files.extend(entries.flatten().map(|entry| entry.path()));
             continue;
         }
+        let Ok(bytes) = std::fs::read(&path) else { continue };
         logs += usize::from(path.extension().is_some_and(|ext| ext == "jsonl"));
-        let text = String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned();
+        let text = String::from_utf8_lossy(&bytes).into_owned();
         for (name, value) in secrets {
             assert!(!text.contains(value), "{name}'s value is in {}", path.display());
         }

@@ -80,7 +80,7 @@ fn temporaries(dir: &Path, name: &str) -> Vec<PathBuf> {
     let prefix = format!(".{name}.");
     std::fs::read_dir(dir)
         .unwrap()
-        .map(|entry| entry.unwrap())
+        .flatten()
         .filter(|entry| {
             let entry_name = entry.file_name().to_string_lossy().into_owned();
             entry_name.starts_with(&prefix) && entry_name.ends_with(".lathe-tmp")
@@ -254,7 +254,7 @@ async fn sigkill_during_large_writes_never_leaves_a_torn_file() {
         lifetime_per_byte *= if found == Found::Old { 1.25 } else { 0.8 };
         *tally.entry((if by_write { "write_file" } else { "edit_file" }, found)).or_default() += 1;
         // Beside the target there are only hidden temporary files of killed writes.
-        let names: Vec<OsString> = std::fs::read_dir(&h.project).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<OsString> = std::fs::read_dir(&h.project).unwrap().flatten().map(|e| e.file_name()).collect();
         let temps = temporaries(&h.project, name);
         assert_eq!(names.len(), 1 + temps.len(), "unexpected files: {names:?}");
         for temp in temps {

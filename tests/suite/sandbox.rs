@@ -318,7 +318,8 @@ async fn sandboxed_mcp_servers_run_restricted() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
         let cmdline = text(&std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default());
         if cmdline.starts_with(&fixture) && ppid(pid).and_then(ppid) == Some(h.agent.pid()) {
-            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+            // A process that ended since it was listed is not counted.
+            let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { continue };
             no_new_privs.push(status.contains("NoNewPrivs:\t1"));
         }
     }

@@ -515,11 +515,13 @@ async fn oversized_tool_calls_are_refused_not_carried() {
     let mut logged = 0;
     let mut dirs = vec![h.home.path().join(".local/share/lathe")];
     while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        // Entries that vanish while listed (a temporary file renamed) are skipped.
+        let Ok(entries) = std::fs::read_dir(dir) else { continue };
+        for entry in entries.flatten() {
             if entry.path().is_dir() {
                 dirs.push(entry.path());
             } else {
-                logged += entry.metadata().unwrap().len();
+                logged += entry.metadata().map_or(0, |metadata| metadata.len());
             }
         }
     }

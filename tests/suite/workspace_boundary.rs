@@ -43,9 +43,12 @@ fn listing(dir: &Path) -> Vec<(PathBuf, Option<String>)> {
     let mut found = Vec::new();
     let mut pending = vec![dir.to_path_buf()];
     while let Some(dir) = pending.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if std::fs::symlink_metadata(&path).unwrap().is_dir() {
+        // An entry that vanishes while listed is not there.
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Ok(metadata) = std::fs::symlink_metadata(&path) else { continue };
+            if metadata.is_dir() {
                 pending.push(path.clone());
                 found.push((path, None));
             } else {
