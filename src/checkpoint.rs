@@ -63,6 +63,7 @@ use sha2::{Digest, Sha256};
 
 use crate::fs_guard::{Found, GuardError, Target};
 use crate::model::Message;
+use crate::store::create_private_dir;
 
 /// Why `/undo` left a file alone that was changed after the turn (the
 /// reply's `--force` hint is given for this reason only).
@@ -734,7 +735,7 @@ impl Checkpoints {
             return;
         }
         let dir = self.dir.join(LIVE_DIR);
-        let taken = std::fs::create_dir_all(&dir)
+        let taken = create_private_dir(&dir)
             .and_then(|()| lock_file(&dir.join(&self.owner)))
             .and_then(|file| flock(&file, false).map(|locked| locked.then_some(file)));
         match taken {
@@ -813,7 +814,7 @@ impl Checkpoints {
             return Ok(());
         }
         let io = |source| CheckpointError::Io { path: self.dir.clone(), source };
-        std::fs::create_dir_all(&self.dir).map_err(io)?;
+        create_private_dir(&self.dir).map_err(io)?;
         // Live while the file holds this front end's turn being recorded
         // (and from its first copy, see `store`); not for a write without one.
         if state.index.as_ref().is_some_and(|index| index.recording.is_some()) {
@@ -889,7 +890,7 @@ impl Checkpoints {
         // Not flushed to the device one by one (a command's first scan may
         // save thousands): a copy a crash tore fails its hash check when
         // loaded, and is then named as not restored, never written back.
-        let written = std::fs::create_dir_all(&dir).and_then(|()| {
+        let written = create_private_dir(&dir).and_then(|()| {
             let mut temp = tempfile::NamedTempFile::new_in(&dir)?;
             temp.write_all(bytes)?;
             temp.persist(&path).map_err(|err| err.error)
@@ -1843,6 +1844,27 @@ mod tests {
         checkpoints.finish_turn(2, true);
         checkpoints.persist();
         assert!(!fx.store.join("s1").exists());
+    }
+
+    /// The checkpoints of a turn can be written before the store creates the
+    /// session's folder (its writer thread is behind): the folders they
+    /// create, that one included, are private all the same (CI caught the
+    /// session folder left 0755 under load).
+    #[test]
+    fn the_folders_checkpoints_create_are_private() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let fx = Fixture::new();
+        let file = fx.root.join("a.txt");
+        std::fs::write(&file, "before\n").unwrap();
+        let checkpoints = fx.checkpoints(1 << 20);
+        checkpoints.begin_turn("write", 0);
+        write(&checkpoints, &file, "after\n");
+        checkpoints.finish_turn(2, true);
+        checkpoints.persist();
+        for dir in ["s1", "s1/checkpoints", "s1/checkpoints/blobs", "s1/checkpoints/live"] {
+            let mode = std::fs::metadata(fx.store.join(dir)).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o700, "{dir}");
+        }
     }
 
     #[test]

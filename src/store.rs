@@ -292,7 +292,10 @@ pub const MAX_OPEN_LOGS: usize = 16;
 pub const IDLE_LOG: Duration = Duration::from_secs(30);
 
 /// Creates `dir` and any missing parents, each private.
-fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+/// Creates `dir` and any missing parents as 0700. Whatever else writes
+/// under a session's folder (its checkpoints) creates it through this too:
+/// whoever comes first, the folder is private.
+pub(crate) fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::DirBuilder::new().recursive(true).mode(PRIVATE_DIR).create(dir)
 }
 
