@@ -53,6 +53,7 @@ use std::path::Path;
 use serde::{Deserialize, Deserializer};
 use serde_json::{Value, json};
 
+use super::edit_match;
 use super::lenient;
 use super::local::{BINARY_SNIFF_BYTES, read_text_blocking, size_text};
 use super::versions::Freshness;
@@ -68,9 +69,6 @@ const PREVIEW_MAX_BYTES: u64 = 256 * 1024;
 /// Largest text shown as a diff after a write or an edit; editors choke on
 /// more, and the model does not need it.
 const DIFF_MAX_BYTES: usize = 1024 * 1024;
-
-/// Lines searched for the text closest to an `old_string` that was not found.
-const CLOSEST_SCAN_LINES: usize = 50_000;
 
 /// Arguments of `read_file`.
 #[derive(Debug, Clone, Deserialize)]
@@ -483,7 +481,14 @@ pub async fn edit_file(args: EditFileArgs, target: &Target, ctx: &ToolContext<'_
     } else {
         String::new()
     };
-    let for_model = format!("Applied {}{replaced} to {shown}.", plural(edits.len(), "edit"));
+    let mut for_model = format!("Applied {}{replaced} to {shown}.", plural(edits.len(), "edit"));
+    if !applied.corrections.is_empty() {
+        let _ = write!(
+            for_model,
+            " {} Check the diff, and copy old_string exactly from the file next time.",
+            applied.corrections.join(" ")
+        );
+    }
     let content = if old.len() <= DIFF_MAX_BYTES && applied.text.len() <= DIFF_MAX_BYTES {
         DisplayContent::Diff { path: path.clone(), old_text: Some(old), new_text: applied.text }
     } else {
@@ -760,204 +765,34 @@ fn edit_prefix(item: &PlannedEdit, index: usize, count: usize) -> String {
 struct Applied {
     text: String,
     replacements: usize,
+    /// What each edit that did not match exactly needed, to tell the model.
+    corrections: Vec<String>,
 }
 
-/// Which spelling of an `old_string` matched the file.
-#[derive(Clone, Copy)]
-enum Spelling {
-    Exact,
-    /// Its line feeds as CRLF, for a file with Windows line endings.
-    Crlf,
-    /// Its CRLFs as line feeds, for a file with Unix line endings.
-    Lf,
-}
-
-/// Applies the edits in order to `original`; the first one that does not
-/// apply fails the whole set with a message the model can act on.
+/// Applies the edits in order to `original`, each located by
+/// [`edit_match::locate`]; the first one that does not apply fails the whole
+/// set with a message the model can act on.
 fn apply_edits(original: &str, edits: &[PlannedEdit], shown: &str) -> Result<Applied, String> {
-    let crlf_file = prefers_crlf(original);
     let mut text = original.to_owned();
     let mut replacements = 0;
+    let mut corrections = Vec::new();
     for (index, item) in edits.iter().enumerate() {
         let Edit { old_string, new_string, replace_all } = &item.edit;
         let prefix = edit_prefix(item, index, edits.len());
         let after = if index > 0 { " (after applying the earlier edits)" } else { "" };
-        let found = [
-            (Spelling::Exact, old_string.clone()),
-            (Spelling::Crlf, to_crlf(old_string)),
-            (Spelling::Lf, to_lf(old_string)),
-        ]
-        .into_iter()
-        .filter(|(spelling, needle)| matches!(spelling, Spelling::Exact) || needle != old_string)
-        .find_map(|(spelling, needle)| {
-            let count = text.matches(needle.as_str()).count();
-            (count > 0).then_some((spelling, needle, count))
-        });
-        let Some((spelling, needle, count)) = found else {
-            return Err(not_found(&text, old_string, shown, &prefix, after));
-        };
-        if count > 1 && !replace_all {
-            let lines = match_lines(&text, &needle, 20);
-            let more = if count > lines.len() { ", …" } else { "" };
-            let listed = lines.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
-            return Err(format!(
-                "{prefix}old_string matches {count} places in {shown}{after} (lines {listed}{more}). No changes were \
-                 made. Include more surrounding lines in old_string so it matches exactly one place, or set \
-                 replace_all to true to change every occurrence."
-            ));
+        let located = edit_match::locate(&text, old_string, new_string, *replace_all)
+            .map_err(|refusal| refusal.message(shown, &prefix, after))?;
+        if let Some(correction) = located.correction.describe() {
+            let who = match item.label.as_deref() {
+                Some(label) if label != "old_string" => format!("{label}'s old_string"),
+                _ => "old_string".to_owned(),
+            };
+            corrections.push(format!("{who} {correction}."));
         }
-        let replacement = match spelling {
-            Spelling::Crlf => to_crlf(new_string),
-            Spelling::Lf => to_lf(new_string),
-            Spelling::Exact if crlf_file && !new_string.contains('\r') => to_crlf(new_string),
-            Spelling::Exact => new_string.clone(),
-        };
-        if *replace_all {
-            text = text.replace(needle.as_str(), &replacement);
-            replacements += count;
-        } else {
-            text = text.replacen(needle.as_str(), &replacement, 1);
-            replacements += 1;
-        }
+        replacements += located.splices.len();
+        text = located.apply(&text);
     }
-    Ok(Applied { text, replacements })
-}
-
-/// Whether most line breaks in `text` are CRLF.
-fn prefers_crlf(text: &str) -> bool {
-    let crlf = text.matches("\r\n").count();
-    crlf > 0 && crlf * 2 >= text.matches('\n').count()
-}
-
-fn to_lf(text: &str) -> String {
-    text.replace("\r\n", "\n")
-}
-
-fn to_crlf(text: &str) -> String {
-    to_lf(text).replace('\n', "\r\n")
-}
-
-/// 1-based lines where `needle` starts, at most `max` of them.
-fn match_lines(text: &str, needle: &str, max: usize) -> Vec<usize> {
-    let mut lines = Vec::new();
-    let mut line = 1;
-    let mut scanned = 0;
-    for (start, _) in text.match_indices(needle).take(max) {
-        line += text[scanned..start].matches('\n').count();
-        scanned = start;
-        lines.push(line);
-    }
-    lines
-}
-
-/// The message for an `old_string` that is not in the file, with the most
-/// likely reason.
-fn not_found(text: &str, old_string: &str, shown: &str, prefix: &str, after: &str) -> String {
-    let mut message = format!("{prefix}old_string was not found in {shown}{after}. No changes were made.");
-    if has_line_number_prefixes(old_string) {
-        message.push_str(
-            " old_string seems to include the line numbers read_file adds (like \"    12\\t\"); give only the \
-             file's own text.",
-        );
-    } else if let Some((line, excerpt)) = closest_region(text, old_string) {
-        let _ = write!(
-            message,
-            " The most similar text is at line {line}:\n{excerpt}\nCompare whitespace, indentation and every \
-             character, then retry with text copied exactly from the file."
-        );
-    } else {
-        message.push_str(" Read the file again to see its current content, then retry with text copied exactly.");
-    }
-    message
-}
-
-/// Whether every non-empty line starts like `read_file` output (`   12\t`).
-fn has_line_number_prefixes(text: &str) -> bool {
-    let mut lines = text.lines().filter(|line| !line.trim().is_empty()).peekable();
-    lines.peek().is_some()
-        && lines.all(|line| {
-            let rest = line.trim_start_matches(' ');
-            let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
-            digits > 0 && rest[digits..].starts_with('\t')
-        })
-}
-
-/// Where the file has text most like `needle`: its longest line is compared,
-/// ignoring whitespace, against every line of the file. Returns the 1-based
-/// line the region starts at and the region, numbered like `read_file`.
-fn closest_region(text: &str, needle: &str) -> Option<(usize, String)> {
-    let needle_lines: Vec<&str> = needle.lines().collect();
-    let (anchor_index, anchor) = needle_lines.iter().enumerate().max_by_key(|(_, line)| line.trim().len())?;
-    let anchor = squash(anchor);
-    if anchor.chars().count() < 3 {
-        return None;
-    }
-    let anchor_pairs = pairs(&anchor);
-    let lines: Vec<&str> = text.lines().take(CLOSEST_SCAN_LINES).collect();
-    let mut best: Option<(f64, usize)> = None;
-    for (index, line) in lines.iter().enumerate() {
-        let key = squash(line);
-        if key.is_empty() {
-            continue;
-        }
-        // Dice is at most 2·min/(a+b), below the 0.5 threshold once one side
-        // has over three times the pairs of the other: skipping those lines
-        // changes no answer and spares sorting the pairs of a huge line.
-        let key_pairs = key.chars().count() - 1;
-        if key_pairs > 3 * anchor_pairs.len() || anchor_pairs.len() > 3 * key_pairs {
-            continue;
-        }
-        let score = if key == anchor { 1.0 } else { dice(&anchor_pairs, &pairs(&key)) };
-        if best.is_none_or(|(top, _)| score > top) {
-            best = Some((score, index));
-        }
-    }
-    let (score, index) = best?;
-    if score < 0.5 {
-        return None;
-    }
-    let start = index.saturating_sub(anchor_index);
-    let end = (start + needle_lines.len().clamp(1, 12)).min(lines.len());
-    let mut excerpt = String::new();
-    for (offset, line) in lines[start..end].iter().enumerate() {
-        let _ = write!(excerpt, "{:>6}\t", start + offset + 1);
-        push_cut(&mut excerpt, line, 200);
-        excerpt.push('\n');
-    }
-    excerpt.truncate(excerpt.trim_end_matches('\n').len());
-    Some((start + 1, excerpt))
-}
-
-fn squash(line: &str) -> String {
-    line.chars().filter(|c| !c.is_whitespace()).collect()
-}
-
-/// The sorted character pairs of `text`, for [`dice`].
-fn pairs(text: &str) -> Vec<(char, char)> {
-    let chars: Vec<char> = text.chars().collect();
-    let mut pairs: Vec<(char, char)> = chars.windows(2).map(|pair| (pair[0], pair[1])).collect();
-    pairs.sort_unstable();
-    pairs
-}
-
-/// Dice similarity of two sorted pair lists: 1.0 for the same pairs, 0.0 for none shared.
-fn dice(a: &[(char, char)], b: &[(char, char)]) -> f64 {
-    if a.is_empty() || b.is_empty() {
-        return 0.0;
-    }
-    let (mut i, mut j, mut shared) = (0, 0, 0usize);
-    while i < a.len() && j < b.len() {
-        match a[i].cmp(&b[j]) {
-            std::cmp::Ordering::Less => i += 1,
-            std::cmp::Ordering::Greater => j += 1,
-            std::cmp::Ordering::Equal => {
-                shared += 1;
-                i += 1;
-                j += 1;
-            }
-        }
-    }
-    (2 * shared) as f64 / (a.len() + b.len()) as f64
+    Ok(Applied { text, replacements, corrections })
 }
 
 /// 1-based line of the first difference between `old` and `new`.
@@ -1396,8 +1231,9 @@ mod tests {
             missing.for_model
         );
 
+        // Numbered, but not as read_file numbers them (not consecutive): not removed, but pointed out.
         let numbered = fx
-            .edit(json!({"path": "s.rs", "old_string": "     2\t    let total = compute(1, 2);", "new_string": "x"}))
+            .edit(json!({"path": "s.rs", "old_string": "     2\t    let total = compute(1, 2);\n     4\t}", "new_string": "x"}))
             .await;
         assert!(numbered.for_model.contains("line numbers"), "{}", numbered.for_model);
 
@@ -1418,6 +1254,98 @@ mod tests {
         assert!(absent.for_model.contains("File not found") && absent.for_model.contains("write_file"));
 
         assert!(fx.content("s.rs").contains("compute(1, 2)"), "the file is untouched");
+    }
+
+    /// Issue 31: a recovered edit is shown as the real change to the real
+    /// file (in the permission prompt's preview and the result), and the
+    /// model is told which correction was applied, edit by edit.
+    #[tokio::test]
+    async fn recovered_edits_show_the_real_diff_and_tell_the_model() {
+        let fx = Fixture::new();
+        let original = "def f():\n    x = 1   \n    return x\n";
+        let path = fx.file("f.py", original);
+        let args = json!({"path": "f.py", "old_string": "x = 1\nreturn x", "new_string": "x = 2\nreturn x"});
+        let expected = "def f():\n    x = 2\n    return x\n";
+
+        let call = prepare("edit_file", &args.to_string(), fx.cwd()).unwrap();
+        assert_eq!(
+            call.description.preview,
+            vec![DisplayContent::Diff {
+                path: path.clone(),
+                old_text: Some(original.into()),
+                new_text: expected.into()
+            }]
+        );
+        let out = fx.edit(args).await;
+        assert_eq!(out.status, OutcomeStatus::Completed, "{}", out.for_model);
+        assert_eq!(
+            out.for_model,
+            "Applied 1 edit to f.py. old_string matched after ignoring trailing whitespace, and re-indenting it: the \
+             file has 4 spaces more indentation than old_string on every line, so new_string was re-indented the \
+             same way. Check the diff, and copy old_string exactly from the file next time."
+        );
+        assert_eq!(
+            out.content,
+            vec![DisplayContent::Diff { path, old_text: Some(original.into()), new_text: expected.into() }]
+        );
+        assert_eq!(fx.content("f.py"), expected);
+
+        // Every edit of a multi-edit call, each named.
+        let out = fx
+            .edit(json!({"path": "f.py", "edits": [
+                {"old_string": "def f():", "new_string": "def g():"},
+                {"old_string": "\tx = 2", "new_string": "\tx = 3"},
+                {"old_string": "     3\t    return x", "new_string": "     3\t    return x + 1"},
+            ]}))
+            .await;
+        assert_eq!(out.status, OutcomeStatus::Completed, "{}", out.for_model);
+        assert_eq!(fx.content("f.py"), "def g():\n    x = 3\n    return x + 1\n");
+        assert!(
+            out.for_model.starts_with("Applied 3 edits to f.py. edits[1]'s old_string matched after reading its tabs"),
+            "{}",
+            out.for_model
+        );
+        assert!(
+            out.for_model.contains(" edits[2]'s old_string matched after removing the line-number prefixes"),
+            "{}",
+            out.for_model
+        );
+    }
+
+    /// Issue 31: the refusal table through the real tool: every file stays
+    /// byte for byte as it was, and a multi-edit call whose later edit is
+    /// refused writes nothing, even when an earlier one was recovered.
+    #[tokio::test]
+    async fn refused_edits_leave_the_file_byte_identical() {
+        let fx = Fixture::new();
+        let cases = [
+            ("token.py", "x = compute(a, b)\n", json!({"old_string": "x = compute(a; b)", "new_string": "y"})),
+            ("ident.rs", "    let total = 0;\n", json!({"old_string": "let totl = 0;", "new_string": "y"})),
+            (
+                "ambiguous.yaml",
+                "a:\n  x: 1\nb:\n    x: 1   \n",
+                json!({"old_string": "\tx: 1\n", "new_string": "\tx: 2\n"}),
+            ),
+            ("comment.ts", "\tf(); // keep\n\tg();\n", json!({"old_string": "f();\ng();", "new_string": "y"})),
+            ("case.md", "# Hello World\r\n", json!({"old_string": "# hello world", "new_string": "y"})),
+            (
+                "multi.py",
+                "a = 1   \nb = 2\n",
+                json!({"edits": [
+                    {"old_string": "a = 1", "new_string": "a = 10"},
+                    {"old_string": "c = 3", "new_string": "c = 30"},
+                ]}),
+            ),
+        ];
+        for (name, text, edit) in cases {
+            fx.file(name, text);
+            let mut args = edit.clone();
+            args["path"] = json!(name);
+            let out = fx.edit(args).await;
+            assert_eq!(out.status, OutcomeStatus::Failed, "{name}: {}", out.for_model);
+            assert!(out.for_model.contains("No changes were made"), "{name}: {}", out.for_model);
+            assert_eq!(std::fs::read(fx.cwd().join(name)).unwrap(), text.as_bytes(), "{name} is untouched");
+        }
     }
 
     #[tokio::test]

@@ -22,6 +22,7 @@
 //! built-ins and hands them the calls no built-in answers. This module does
 //! not know where they come from.
 
+pub mod edit_match;
 pub mod fetch;
 pub mod fs;
 pub mod lenient;
