@@ -24,7 +24,8 @@
 //! 4. and Unicode punctuation (curly quotes, en and em dashes, non-breaking
 //!    spaces) for its ASCII twin, either way;
 //! 5. steps 2 to 4 again without blank lines at the start or end of
-//!    `old_string` (and as many at those ends of `new_string`).
+//!    `old_string` (and as many at those ends of `new_string`), dropping
+//!    the fewest first, so that the blank lines the file has there stay.
 //!
 //! A recovered edit writes what the model meant: `new_string` is re-indented
 //! by the same mapping, in the file's style; the lines it keeps from
@@ -40,6 +41,10 @@ use std::ops::Range;
 
 /// Lines searched for the text closest to an `old_string` that was not found.
 const CLOSEST_SCAN_LINES: usize = 50_000;
+
+/// Blank lines at each end of `old_string` dropped one at a time (see
+/// [`Reading::without_blank_edges`]).
+const BLANK_EDGE_TRIES: usize = 4;
 
 /// Candidates a refusal lists with an excerpt; more are counted, with their lines.
 const LISTED_CANDIDATES: usize = 20;
@@ -458,12 +463,20 @@ fn exact(file: &str, old: &str, new: &str, replace_all: bool) -> Option<Result<L
         /// Its CRLFs as line feeds, for a file with Unix line endings.
         Lf,
     }
-    let (spelling, needle) =
+    // A match never begins or ends between the CR and the LF of a line break.
+    let splits = |at: usize| at > 0 && file.as_bytes()[at - 1] == b'\r' && file.as_bytes().get(at) == Some(&b'\n');
+    let (spelling, needle, starts) =
         [(Spelling::Exact, old.to_owned()), (Spelling::Crlf, to_crlf(old)), (Spelling::Lf, to_lf(old))]
             .into_iter()
             .filter(|(spelling, needle)| matches!(spelling, Spelling::Exact) || needle != old)
-            .find(|(_, needle)| file.contains(needle.as_str()))?;
-    let starts: Vec<usize> = file.match_indices(needle.as_str()).map(|(start, _)| start).collect();
+            .find_map(|(spelling, needle)| {
+                let starts: Vec<usize> = file
+                    .match_indices(needle.as_str())
+                    .map(|(start, _)| start)
+                    .filter(|&start| !splits(start) && !splits(start + needle.len()))
+                    .collect();
+                (!starts.is_empty()).then_some((spelling, needle, starts))
+            })?;
     if starts.len() > 1 && !replace_all {
         let candidates = candidates(file, starts.iter().map(|&start| start..start + needle.len()));
         return Some(Err(Refusal::Ambiguous { count: starts.len(), ignoring: String::new(), candidates }));
@@ -487,43 +500,43 @@ struct Reading {
 }
 
 impl Reading {
-    /// Without the blank lines at the start and end of `old` (and as many at
-    /// those ends of `new`), when it has any.
-    fn without_blank_edges(&self) -> Option<Reading> {
+    /// Without some of the blank lines at the start and end of `old` (and
+    /// as many at those ends of `new`, as far as it has them): every way,
+    /// fewest lines dropped first, so that blank lines the file does have
+    /// there stay in the match. Up to [`BLANK_EDGE_TRIES`] lines at each end
+    /// one at a time; beyond that, all of them at once.
+    fn without_blank_edges(&self) -> Vec<Reading> {
         let old: Vec<&str> = self.old.split('\n').collect();
         let new: Vec<&str> = self.new.split('\n').collect();
         let blank = |line: &str| is_blank(line.strip_suffix('\r').unwrap_or(line));
         let lead = old.iter().take_while(|line| blank(line)).count();
         if lead == old.len() {
-            return None;
+            return Vec::new();
         }
         // "a\n" ends with one empty element that is no blank line.
         let trail = old.iter().rev().take_while(|line| blank(line)).count().saturating_sub(1);
-        if lead == 0 && trail == 0 {
-            return None;
-        }
-        let new_lead = new.iter().take_while(|line| blank(line)).count().min(lead);
-        let new_trail = new.iter().rev().take_while(|line| blank(line)).count().saturating_sub(1).min(trail);
+        let new_lead = new.iter().take_while(|line| blank(line)).count();
+        let new_trail = new.iter().rev().take_while(|line| blank(line)).count().saturating_sub(1);
         let cut = |lines: &[&str], lead: usize, trail: usize| {
             if lead + trail >= lines.len() {
                 return String::new();
             }
-            let kept = &lines[lead..lines.len() - trail];
-            let mut text = kept.join("\n");
-            // The last kept element is the empty one after the final line break.
-            if trail > 0 && kept.last().is_some_and(|line| !blank(line)) {
-                text.push('\n');
-            }
-            text
+            lines[lead..lines.len() - trail].join("\n")
         };
-        // When the whole of `new` is blank lines, it is deleted as it stands.
-        let new_cut =
-            if new.iter().all(|line| blank(line)) { self.new.clone() } else { cut(&new, new_lead, new_trail) };
-        Some(Reading {
-            old: cut(&old, lead, trail),
-            new: new_cut,
-            correction: Correction { blank_lines: true, ..self.correction },
-        })
+        let mut ways: Vec<(usize, usize)> = (0..=lead.min(BLANK_EDGE_TRIES))
+            .flat_map(|a| (0..=trail.min(BLANK_EDGE_TRIES)).map(move |b| (a, b)))
+            .chain([(lead, trail)])
+            .filter(|&way| way != (0, 0))
+            .collect();
+        ways.sort_by_key(|&(a, b)| (a + b, a));
+        ways.dedup();
+        ways.into_iter()
+            .map(|(a, b)| Reading {
+                old: cut(&old, a, b),
+                new: cut(&new, a.min(new_lead), b.min(new_trail)),
+                correction: Correction { blank_lines: true, ..self.correction },
+            })
+            .collect()
     }
 }
 
@@ -714,7 +727,10 @@ struct Hit {
     /// Per line of `old_string`: the file text aligned char for char with
     /// its text after the indentation, trailing whitespace left out.
     bodies: Vec<Range<usize>>,
-    /// The match starts inside a line (after its indentation or further).
+    /// The match starts inside a line (after its indentation or further):
+    /// the first line of `old_string` has no indentation of its own to
+    /// compare, and a changed first line of `new_string` is written as
+    /// given, not re-indented.
     mid_line: bool,
     reindent: Reindent,
 }
@@ -911,6 +927,10 @@ fn find_hits(file: &str, table: &[Line], old: &[&str], rules: Rules) -> Vec<Hit>
                     continue 'start;
                 }
                 range_start = line.start + at;
+                if at == 0 && !want.is_empty() {
+                    // An unindented line, whole: its indentation (none) is known.
+                    pairs.push(("", ""));
+                }
                 parts.push(range_start..line.end);
                 bodies.push(range_start..line.start + have.len());
                 continue;
@@ -955,7 +975,7 @@ fn find_hits(file: &str, table: &[Line], old: &[&str], rules: Rules) -> Vec<Hit>
             parts: parts.clone(),
             breaks: breaks.clone(),
             bodies: bodies.clone(),
-            mid_line: first == First::Tail,
+            mid_line: range_start != table[i].start,
             reindent,
         });
     }
@@ -987,7 +1007,7 @@ fn single_line_hits(file: &str, table: &[Line], old: &str, rules: Rules) -> Vec<
                 parts: vec![start..end],
                 breaks: Vec::new(),
                 bodies: vec![body_start + at..body_start + at + len],
-                mid_line,
+                mid_line: start != line.start,
                 reindent,
             });
         };
@@ -1131,7 +1151,7 @@ fn replacement(
     // Per line of `new`: the line of `old` it equals, or the one it replaces.
     let mut kept: Vec<Option<usize>> = vec![None; new.len()];
     let mut paired: Vec<Option<usize>> = vec![None; new.len()];
-    for op in similar::capture_diff_slices(similar::Algorithm::Myers, old, new) {
+    for op in similar::capture_diff_slices(similar::Algorithm::Patience, old, new) {
         match op {
             DiffOp::Equal { old_index, new_index, len } => {
                 for offset in 0..len {
@@ -1149,7 +1169,7 @@ fn replacement(
     let last_new = new.len() - 1;
     let mut out = String::new();
     for (m, line) in new.iter().enumerate() {
-        let starts_mid_line = m == 0 && hit.mid_line;
+        let as_given = m == 0 && hit.mid_line;
         // A part that starts mid-line stays first, and only it.
         let from_file = kept[m].filter(|&k| !hit.mid_line || (k == 0) == (m == 0));
         let mut source = None;
@@ -1160,15 +1180,16 @@ fn replacement(
             }
             None => {
                 let pair = kept[m].or(paired[m]);
-                let (indent, body) = if starts_mid_line { ("", *line) } else { split_indent(line) };
+                let (indent, body) = if as_given { ("", *line) } else { split_indent(line) };
                 if is_blank(body) {
                     // A blank line keeps its whitespace, mapped, unless the
-                    // model adds trailing whitespace the file does not have.
-                    if !seen.extra_trailing {
+                    // model adds trailing whitespace the file does not have;
+                    // an empty one stays empty.
+                    if !seen.extra_trailing && !line.is_empty() {
                         out.push_str(&hit.reindent.apply(line).unwrap_or_default());
                     }
                 } else {
-                    if !starts_mid_line {
+                    if !as_given {
                         out.push_str(&hit.reindent.apply(indent).ok_or(m)?);
                     }
                     let body = if seen.extra_trailing { trim_end(body) } else { body };

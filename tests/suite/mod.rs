@@ -79,6 +79,7 @@ mod cli;
 mod cli_sessions;
 mod concurrency;
 mod doctor;
+mod edit_match;
 mod fetch;
 mod file_safety;
 mod hygiene;

@@ -13,6 +13,7 @@
 pub mod acp_client;
 pub mod agent_env;
 pub mod clock;
+pub mod edit_match;
 pub mod editor;
 pub mod harness;
 pub mod logs;
