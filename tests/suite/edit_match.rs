@@ -9,6 +9,20 @@ use proptest::test_runner::{Config, TestRunner};
 
 use crate::support::edit_match::check;
 
+#[allow(dead_code)]
+#[path = "../../benches/edit_match/cases.rs"]
+mod bench_cases;
+
+/// The benchmark's cases (`cargo bench --bench edit_match`) each land at
+/// the level they measure, so the benchmark cannot measure something else.
+#[test]
+fn every_benchmark_case_lands_where_it_should() {
+    for case in bench_cases::all() {
+        let outcome = lathe::tools::edit_match::locate(&case.file, &case.old, &case.new, false);
+        assert!((case.expect)(&outcome), "{}: {outcome:?}", case.name);
+    }
+}
+
 #[test]
 fn recovered_edits_are_exact_and_reversible_on_random_files() {
     let mut runner = TestRunner::new(Config { cases: 4000, ..Config::default() });

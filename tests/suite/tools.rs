@@ -127,6 +127,50 @@ async fn an_edit_asks_with_the_diff_and_allow_applies_it() {
     assert_eq!(last["content"][0]["oldText"], "fn old() {}\n");
 }
 
+/// Issue 31: an edit whose old_string is off in whitespace (the model
+/// dropped the file's tabs for spaces and its trailing spaces) is applied as
+/// meant; the permission request shows the real change to the real file
+/// (tabs kept, new line in tabs), and the model is told which correction
+/// was applied.
+#[tokio::test]
+async fn a_recovered_edit_asks_with_the_real_diff_and_tells_the_model() {
+    let mut h = Harness::start().await;
+    let original = "function f(x) {\n\tif (x) {  \n\t\treturn 1;\n\t}\n}\n";
+    let expected = "function f(x) {\n\tif (x) {  \n\t\treturn 1;\n\t} else {\n\t\treturn 0;\n\t}\n}\n";
+    write(&h.project, "f.ts", original);
+    let session = h.session().await;
+    let args = json!({
+        "path": "f.ts",
+        "old_string": "    if (x) {\n        return 1;\n    }",
+        "new_string": "    if (x) {\n        return 1;\n    } else {\n        return 0;\n    }",
+    });
+    h.mock.push(tool_call_reply(&[("call_e", "edit_file", args)]));
+    h.mock.push(text_reply("done"));
+    let mut editor = FakeEditor::answering(&[Permission::Select("allow_once")]);
+    let (before, response) = run(&mut h, &session, &mut editor).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn");
+    assert_eq!(std::fs::read_to_string(h.project.join("f.ts")).unwrap(), expected);
+
+    let asked = editor.requests_for("session/request_permission");
+    assert_eq!(asked.len(), 1);
+    let diff = &asked[0]["params"]["toolCall"]["content"][0];
+    assert_eq!(diff["type"], "diff");
+    assert_eq!(diff["path"], h.project.join("f.ts").to_str().unwrap());
+    assert_eq!(diff["oldText"], original);
+    assert_eq!(diff["newText"], expected);
+
+    let result = tool_result(&h.mock.requests()[1].body, "call_e");
+    assert_eq!(
+        result,
+        "Applied 1 edit to f.ts. old_string matched after ignoring trailing whitespace, and reading its spaces as the \
+         file's tabs (4 spaces per tab), so new_string was indented with tabs too. Check the diff, and copy \
+         old_string exactly from the file next time."
+    );
+    let last = updates_for(&before, "call_e").into_iter().last().unwrap().clone();
+    assert_eq!(last["status"], "completed");
+    assert_eq!(last["content"][0]["newText"], expected);
+}
+
 /// "Allow always" is remembered: the second write is not asked about.
 #[tokio::test]
 async fn allow_always_is_remembered_for_the_session() {
