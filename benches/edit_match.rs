@@ -43,7 +43,7 @@ fn main() {
             let started = Instant::now();
             let outcome = lathe::tools::edit_match::locate(&case.file, &case.old, &case.new, false);
             let elapsed = started.elapsed();
-            std::hint::black_box(outcome);
+            let _ = std::hint::black_box(outcome);
             if round >= 5 {
                 samples[index].push(elapsed);
             }

@@ -125,7 +125,11 @@ pub fn all() -> Vec<Case> {
     });
 
     let numbered = |text: &str| -> String {
-        text.split('\n').enumerate().map(|(i, line)| format!("{:>6}\t{line}", AT + 1 + i)).collect::<Vec<_>>().join("\n")
+        text.split('\n')
+            .enumerate()
+            .map(|(i, line)| format!("{:>6}\t{line}", AT + 1 + i))
+            .collect::<Vec<_>>()
+            .join("\n")
     };
     let (old, new) = old_new(&plain);
     cases.push(Case {

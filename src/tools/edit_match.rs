@@ -35,9 +35,11 @@
 //! file's is written as the file's. The [`Correction`] says which
 //! normalisation was needed, so the model can be told.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::ops::Range;
+use std::rc::Rc;
 
 /// Lines searched for the text closest to an `old_string` that was not found.
 const CLOSEST_SCAN_LINES: usize = 50_000;
@@ -408,7 +410,7 @@ pub fn locate(file: &str, old: &str, new: &str, replace_all: bool) -> Result<Loc
     if let Some(found) = exact(file, old, new, replace_all) {
         return found;
     }
-    let table = line_table(file);
+    let lines = FileLines::new(file);
     let mut readings = vec![Reading { old: old.to_owned(), new: new.to_owned(), correction: Correction::default() }];
     if let Some(reading) = without_line_numbers(old, new) {
         readings.push(reading);
@@ -435,7 +437,7 @@ pub fn locate(file: &str, old: &str, new: &str, replace_all: bool) -> Result<Loc
                 [(blank, Rules::TRAILING), (blank, Rules::INDENT), (blank, Rules::PUNCT)].into_iter()
             }));
         for (attempt, rules) in attempts {
-            if let Some(found) = by_lines(file, &table, attempt, rules, replace_all, terminator) {
+            if let Some(found) = by_lines(file, &lines, attempt, rules, replace_all, terminator) {
                 return found;
             }
         }
@@ -672,26 +674,67 @@ impl Rules {
     }
 }
 
-/// A line of the file: its text `start..end`, its line break `end..next`.
+/// A line of the file: its text `start..end` (`body..trimmed` without
+/// indentation and trailing whitespace), its line break `end..next`.
 #[derive(Clone, Copy)]
 struct Line {
     start: usize,
+    body: usize,
+    trimmed: usize,
     end: usize,
     next: usize,
 }
 
 fn line_table(text: &str) -> Vec<Line> {
+    let bytes = text.as_bytes();
     let mut lines = Vec::with_capacity(text.len() / 32 + 1);
+    let mut push = |start: usize, end: usize, next: usize| {
+        let indent = bytes[start..end].iter().take_while(|&&b| b == b' ' || b == b'\t').count();
+        let trailing = bytes[start + indent..end].iter().rev().take_while(|&&b| b == b' ' || b == b'\t').count();
+        lines.push(Line { start, body: start + indent, trimmed: end - trailing, end, next });
+    };
     let mut start = 0;
     for (at, _) in text.match_indices('\n') {
-        let end = if at > start && text.as_bytes()[at - 1] == b'\r' { at - 1 } else { at };
-        lines.push(Line { start, end, next: at + 1 });
+        let end = if at > start && bytes[at - 1] == b'\r' { at - 1 } else { at };
+        push(start, end, at + 1);
         start = at + 1;
     }
     if start < text.len() {
-        lines.push(Line { start, end: text.len(), next: text.len() });
+        push(start, text.len(), text.len());
     }
     lines
+}
+
+/// The file's lines, and which of them equal a given text: the anchors of
+/// the line-by-line steps, asked again for each blank-edge reading.
+struct FileLines {
+    table: Vec<Line>,
+    equal: RefCell<Vec<(String, bool, Rc<[usize]>)>>,
+}
+
+impl FileLines {
+    fn new(file: &str) -> FileLines {
+        FileLines { table: line_table(file), equal: RefCell::new(Vec::new()) }
+    }
+
+    /// The 0-based lines whose text without indentation and trailing
+    /// whitespace equals `body` under `rules`.
+    fn equal_to(&self, file: &str, body: &str, rules: Rules) -> Rc<[usize]> {
+        if let Some((.., found)) =
+            self.equal.borrow().iter().find(|(text, punct, _)| text == body && *punct == rules.punct)
+        {
+            return Rc::clone(found);
+        }
+        let found: Rc<[usize]> = self
+            .table
+            .iter()
+            .enumerate()
+            .filter(|(_, line)| same(body, &file[line.body..line.trimmed.max(line.body)], rules))
+            .map(|(index, _)| index)
+            .collect();
+        self.equal.borrow_mut().push((body.to_owned(), rules.punct, Rc::clone(&found)));
+        found
+    }
 }
 
 /// How the first line of a multi-line `old_string` meets the file.
@@ -738,7 +781,7 @@ struct Hit {
 /// Steps 2 to 4 for one reading: `None` when nothing matches.
 fn by_lines(
     file: &str,
-    table: &[Line],
+    lines: &FileLines,
     reading: &Reading,
     rules: Rules,
     replace_all: bool,
@@ -748,7 +791,7 @@ fn by_lines(
     if old.iter().all(|line| is_blank(line)) {
         return None;
     }
-    let hits = find_hits(file, table, &old, rules);
+    let hits = find_hits(file, lines, &old, rules);
     if hits.is_empty() {
         return None;
     }
@@ -850,7 +893,12 @@ fn prefix_len(hay: &str, needle: &str, rules: Rules) -> Option<usize> {
 
 /// Whether `a` and `b` are equal under `rules`.
 fn same(a: &str, b: &str, rules: Rules) -> bool {
-    if rules.punct { a.chars().map(canon).eq(b.chars().map(canon)) } else { a == b }
+    if rules.punct {
+        // Each character is one to four bytes, whichever twin it is.
+        a.len() <= 4 * b.len() && b.len() <= 4 * a.len() && a.chars().map(canon).eq(b.chars().map(canon))
+    } else {
+        a == b
+    }
 }
 
 /// Where in `hay` a text equal to `needle` under `rules` ends it: its start.
@@ -871,7 +919,8 @@ fn suffix_start(hay: &str, needle: &str, rules: Rules) -> Option<usize> {
 }
 
 /// Every place where `old` (split in lines) matches under `rules`.
-fn find_hits(file: &str, table: &[Line], old: &[&str], rules: Rules) -> Vec<Hit> {
+fn find_hits(file: &str, lines: &FileLines, old: &[&str], rules: Rules) -> Vec<Hit> {
+    let table = &lines.table[..];
     if old.len() == 1 {
         return single_line_hits(file, table, old[0], rules);
     }
@@ -889,13 +938,36 @@ fn find_hits(file: &str, table: &[Line], old: &[&str], rules: Rules) -> Vec<Hit>
     if table.len() < file_lines_needed {
         return Vec::new();
     }
+    let last_start = table.len() - file_lines_needed;
+    // The anchor: the longest line of `old` compared whole. Only the file
+    // lines equal to it (a cheap test, false for almost every line) are
+    // tried as the match's line `k`, so a scan costs one compare per file
+    // line rather than a walk from every one.
+    let anchor = old
+        .iter()
+        .enumerate()
+        .filter(|&(k, line)| {
+            let whole = (k > 0 || first == First::Whole) && (k < n || last == Last::Whole);
+            whole && !is_blank(line)
+        })
+        .map(|(k, line)| (k, trim_end(split_indent(line).1)))
+        .max_by_key(|(_, body)| body.len());
+    let starts: Vec<usize> = match anchor {
+        Some((k, body)) => lines
+            .equal_to(file, body, rules)
+            .iter()
+            .filter(|&&j| j >= k && j - k <= last_start)
+            .map(|&j| j - k)
+            .collect(),
+        None => (0..=last_start).collect(),
+    };
     let mut hits = Vec::new();
-    // Reused from one start line to the next: most fail on their first line.
+    // Reused from one start line to the next.
     let mut pairs: Vec<(&str, &str)> = Vec::with_capacity(old.len());
     let mut parts = Vec::with_capacity(old.len());
     let mut bodies = Vec::with_capacity(old.len());
     let mut breaks = Vec::with_capacity(n);
-    'start: for i in 0..=table.len() - file_lines_needed {
+    'start: for i in starts {
         pairs.clear();
         parts.clear();
         bodies.clear();
@@ -992,8 +1064,13 @@ fn single_line_hits(file: &str, table: &[Line], old: &str, rules: Rules) -> Vec<
     if want.is_empty() {
         return Vec::new();
     }
+    // Bytes `want` needs at least in a line: a searcher is not even built for shorter ones.
+    let least = if rules.punct { want.chars().count() } else { want.len() };
     let mut hits = Vec::new();
     for (index, line) in table.iter().enumerate() {
+        if line.end - line.start < least {
+            continue;
+        }
         let text = &file[line.start..line.end];
         let (file_indent, file_body) = split_indent(text);
         let body_start = line.start + file_indent.len();
