@@ -2,7 +2,9 @@
 //! and schemas, how a call is described before it runs (title, locations and,
 //! for changes, the diff the permission prompt shows), and running it:
 //! line-numbered reading within the output limits, whole-file writes, and
-//! exact-string edits applied all or nothing.
+//! string edits applied all or nothing, each located by
+//! [`edit_match`](super::edit_match) (exact text first, then the slips a
+//! model makes that have one reading).
 //!
 //! Every path is judged by [`crate::fs_guard`] when the call is described
 //! (where it really leads: links followed, dangling ones too), and the call
