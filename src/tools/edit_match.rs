@@ -709,7 +709,14 @@ fn line_table(text: &str) -> Vec<Line> {
 /// the line-by-line steps, asked again for each blank-edge reading.
 struct FileLines {
     table: Vec<Line>,
-    equal: RefCell<Vec<(String, bool, Rc<[usize]>)>>,
+    equal: RefCell<Vec<EqualLines>>,
+}
+
+/// The lines equal to a text (under [`Rules::punct`] or not).
+struct EqualLines {
+    text: String,
+    punct: bool,
+    lines: Rc<[usize]>,
 }
 
 impl FileLines {
@@ -720,10 +727,8 @@ impl FileLines {
     /// The 0-based lines whose text without indentation and trailing
     /// whitespace equals `body` under `rules`.
     fn equal_to(&self, file: &str, body: &str, rules: Rules) -> Rc<[usize]> {
-        if let Some((.., found)) =
-            self.equal.borrow().iter().find(|(text, punct, _)| text == body && *punct == rules.punct)
-        {
-            return Rc::clone(found);
+        if let Some(known) = self.equal.borrow().iter().find(|known| known.text == body && known.punct == rules.punct) {
+            return Rc::clone(&known.lines);
         }
         let found: Rc<[usize]> = self
             .table
@@ -732,7 +737,11 @@ impl FileLines {
             .filter(|(_, line)| same(body, &file[line.body..line.trimmed.max(line.body)], rules))
             .map(|(index, _)| index)
             .collect();
-        self.equal.borrow_mut().push((body.to_owned(), rules.punct, Rc::clone(&found)));
+        self.equal.borrow_mut().push(EqualLines {
+            text: body.to_owned(),
+            punct: rules.punct,
+            lines: Rc::clone(&found),
+        });
         found
     }
 }
@@ -1081,9 +1090,9 @@ fn single_line_hits(file: &str, table: &[Line], old: &str, rules: Rules) -> Vec<
             hits.push(Hit {
                 range: start..end,
                 lines: (index, index),
-                parts: vec![start..end],
+                parts: std::iter::once(start..end).collect(),
                 breaks: Vec::new(),
-                bodies: vec![body_start + at..body_start + at + len],
+                bodies: std::iter::once(body_start + at..body_start + at + len).collect(),
                 mid_line: start != line.start,
                 reindent,
             });
@@ -1715,7 +1724,8 @@ mod tests {
     /// different token, identifier, operator, number, comment or case.
     #[test]
     fn other_differences_and_ambiguity_are_refused() {
-        let cases: [(&str, &str, &str, fn(&Refusal) -> bool); 9] = [
+        type Expect = fn(&Refusal) -> bool;
+        let cases: [(&str, &str, &str, Expect); 9] = [
             ("wrong token", "x = compute(a, b)\n", "x = compute(a; b)", |r| matches!(r, Refusal::NotFound(_))),
             ("wrong identifier", "    total = 0\n    count = 0\n", "total = 0\ncounter = 0", |r| {
                 matches!(r, Refusal::NotFound(_))

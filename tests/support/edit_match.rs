@@ -179,7 +179,7 @@ fn mistaken(
     let mut lines = lines_of(text);
     let ends_with_break = text.ends_with('\n');
     let real = if ends_with_break { lines.len() - 1 } else { lines.len() };
-    let indented = |index: usize, line: &str| !(index == 0 && mid_line) && !line.trim().is_empty();
+    let indented = |index: usize, line: &str| (index > 0 || !mid_line) && !line.trim().is_empty();
     match mistake {
         Mistake::None => {}
         Mistake::NoTrailing => {
@@ -386,7 +386,7 @@ fn generated(draw: &mut Draw) {
     let common = lines[first..=last]
         .iter()
         .enumerate()
-        .filter(|(offset, line)| !(*offset == 0 && mid_line) && !line.body.is_empty())
+        .filter(|(offset, line)| (*offset > 0 || !mid_line) && !line.body.is_empty())
         .map(|(_, line)| style.indent(line.depth).len())
         .min()
         .unwrap_or(0);
@@ -428,9 +428,10 @@ fn generated(draw: &mut Draw) {
     // the mistake: when it is exact text of the file (no indented line, no
     // escape, ...) its new_string is taken as written.
     // A CRLF file the edit left without a line break no longer says so.
-    let reversible = !matches!(mistake, Mistake::ExtraTrailing | Mistake::Punctuation)
-        && !(mistake == Mistake::NoTrailing && old != old_lf)
-        && (after.contains('\n') || !file.contains('\r'));
+    let lossy = matches!(mistake, Mistake::ExtraTrailing | Mistake::Punctuation);
+    let dropped_trailing = mistake == Mistake::NoTrailing && old != old_lf;
+    let lost_crlf = file.contains('\r') && !after.contains('\n');
+    let reversible = !(lossy || dropped_trailing || lost_crlf);
     if let Ok(reverse) = locate(&after, &new, &old, false) {
         check_located(&after, &reverse);
         let shows = reverse.correction.is_exact() == located.correction.is_exact();
