@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -53,6 +54,41 @@ pub struct Config {
     pub children: ChildSettings,
     /// The sandbox commands run in (`[sandbox]`, see `crate::sandbox`).
     pub sandbox: SandboxSettings,
+    /// The model servers found running on this machine when there was no
+    /// configuration at all (see `crate::discover`), described for messages;
+    /// empty when none was looked for or found.
+    pub local_servers: Vec<String>,
+    /// How this configuration was loaded, so that it can be loaded again
+    /// the same way (ACP `authenticate` re-reads it: the user may just have
+    /// written it in a terminal). Set by whoever loaded it; `None` re-reads
+    /// the file it came from, if any.
+    pub origin: Option<ConfigOrigin>,
+}
+
+/// How a variable of the environment is read: its value, or `None`.
+pub type EnvReader = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
+/// Where a configuration is looked for: `--config` and the environment
+/// (see [`locate`] and [`Config::load`]).
+#[derive(Clone)]
+pub struct ConfigOrigin {
+    /// `--config`, when given.
+    pub cli_path: Option<PathBuf>,
+    /// How the environment is read.
+    pub env: EnvReader,
+}
+
+impl ConfigOrigin {
+    /// The process's own command line and environment.
+    pub fn process(cli_path: Option<PathBuf>) -> Self {
+        Self { cli_path, env: Arc::new(|name: &str| std::env::var(name).ok()) }
+    }
+}
+
+impl fmt::Debug for ConfigOrigin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConfigOrigin").field("cli_path", &self.cli_path).finish_non_exhaustive()
+    }
 }
 
 /// Environment variable that, set to `1`, makes lathe act as if the sandbox
@@ -130,6 +166,14 @@ pub enum ConfigSource {
     File(PathBuf),
     /// No file: the `OPENAI_*` environment variables.
     Environment,
+    /// No file and no `OPENAI_*` variables, and exactly one model server
+    /// running on this machine (see `crate::discover`).
+    Discovered {
+        /// What it is ("Ollama", "LM Studio", "llama.cpp", "vLLM").
+        server: String,
+        /// Where: the base URL its model is used at.
+        base_url: String,
+    },
     /// No file and no `OPENAI_*` variables: there is no usable model.
     Unconfigured,
 }
@@ -139,6 +183,9 @@ impl fmt::Display for ConfigSource {
         match self {
             ConfigSource::File(path) => write!(f, "{}", path.display()),
             ConfigSource::Environment => f.write_str("environment (OPENAI_BASE_URL, OPENAI_API_KEY, OPENAI_MODEL)"),
+            ConfigSource::Discovered { server, base_url } => {
+                write!(f, "no config file; the {server} server found running at {base_url}")
+            }
             ConfigSource::Unconfigured => f.write_str("nothing (no config file, no OPENAI_API_KEY/OPENAI_BASE_URL)"),
         }
     }
@@ -157,7 +204,11 @@ pub struct ModelConfig {
     pub display_name: String,
     /// Name of the environment variable that held the key, for messages.
     pub api_key_env: Option<String>,
-    /// The key itself, read from `api_key_env` at load time. Never logged.
+    /// Whether the key is one `lathe setup` stored (`api_key_stored = true`,
+    /// see `crate::credentials`), rather than the user's own variable.
+    pub api_key_stored: bool,
+    /// The key itself, read from `api_key_env` (or lathe's credentials
+    /// file) at load time. Never logged.
     pub api_key: Option<ApiKey>,
     /// Context window in tokens, the `size` of `usage_update`, when the
     /// config says; `None` asks the server (see `model::probe`), falling back
@@ -192,9 +243,37 @@ impl fmt::Debug for ModelConfig {
             .field("base_url", &self.base_url)
             .field("model", &self.model)
             .field("api_key_env", &self.api_key_env)
+            .field("api_key_stored", &self.api_key_stored)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("context_window", &self.context_window)
             .finish_non_exhaustive()
+    }
+}
+
+impl ModelConfig {
+    /// A model at `base_url` with every optional setting at its default
+    /// (no key, the server's limits).
+    pub fn plain(key: &str, base_url: &str, model: &str) -> ModelConfig {
+        ModelConfig {
+            key: key.to_owned(),
+            display_name: model.to_owned(),
+            base_url: trim_base_url(base_url),
+            model: model.to_owned(),
+            api_key_env: None,
+            api_key_stored: false,
+            api_key: None,
+            context_window: None,
+            max_output_tokens: None,
+            max_tokens_field: default_max_tokens_field(base_url),
+            temperature: None,
+            reasoning_effort: None,
+            vision: false,
+            stream_usage: true,
+            prompt: None,
+            reasoning_history: ReasoningHistory::Auto,
+            headers: BTreeMap::new(),
+            extra_body: serde_json::Map::new(),
+        }
     }
 }
 
@@ -495,6 +574,9 @@ pub enum ConfigError {
         /// What is wrong.
         message: String,
     },
+    /// lathe's credentials file (keys `lathe setup` stored) cannot be read.
+    #[error("{0}")]
+    Credentials(#[from] crate::credentials::CredentialsError),
 }
 
 /// The raw file, every field optional, unknown keys rejected.
@@ -599,6 +681,8 @@ struct ModelToml {
     model: String,
     display_name: Option<String>,
     api_key_env: Option<String>,
+    #[serde(default)]
+    api_key_stored: bool,
     context_window: Option<u64>,
     max_output_tokens: Option<u32>,
     max_tokens_field: Option<MaxTokensField>,
@@ -709,30 +793,35 @@ impl Config {
         let named = env("OPENAI_MODEL").filter(|m| !m.is_empty());
         let reasoning_effort = (named.is_none() && base_url.contains("api.openai.com")).then(|| "none".to_owned());
         let model = named.unwrap_or_else(|| DEFAULT_OPENAI_MODEL.to_owned());
-        let max_tokens_field = default_max_tokens_field(&base_url);
-        let model_config = ModelConfig {
-            key: "default".to_owned(),
-            display_name: model.clone(),
-            base_url: trim_base_url(&base_url),
-            model,
-            api_key_env: Some("OPENAI_API_KEY".to_owned()),
-            api_key: key.map(ApiKey::new),
-            context_window: None,
-            max_output_tokens: None,
-            max_tokens_field,
-            temperature: None,
-            reasoning_effort,
-            vision: false,
-            stream_usage: true,
-            prompt: None,
-            reasoning_history: ReasoningHistory::Auto,
-            headers: BTreeMap::new(),
-            extra_body: serde_json::Map::new(),
-        };
+        let mut model_config = ModelConfig::plain("default", &base_url, &model);
+        model_config.api_key_env = Some(OPENAI_KEY_ENV.to_owned());
+        model_config.api_key = key.map(ApiKey::new);
+        model_config.reasoning_effort = reasoning_effort;
+        Config::single(source, model_config, env)
+    }
+
+    /// The configuration when there is no file and no `OPENAI_*` variable,
+    /// but one model server runs on this machine (see `crate::discover`):
+    /// its model `model` at `base_url` (no key: local servers take none),
+    /// under the key `key`; `server` names what it is.
+    pub fn discovered(
+        server: &str,
+        key: &str,
+        base_url: &str,
+        model: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Config {
+        let source = ConfigSource::Discovered { server: server.to_owned(), base_url: trim_base_url(base_url) };
+        Config::single(source, ModelConfig::plain(key, base_url, model), env)
+    }
+
+    /// One model and every setting at its default.
+    fn single(source: ConfigSource, model: ModelConfig, env: &dyn Fn(&str) -> Option<String>) -> Config {
+        let key = model.key.clone();
         Config {
             source,
-            default_model: "default".to_owned(),
-            models: BTreeMap::from([("default".to_owned(), model_config)]),
+            default_model: key.clone(),
+            models: BTreeMap::from([(key, model)]),
             agent: AgentSettings::default(),
             network: NetworkSettings::default(),
             protocol: ProtocolSettings::default(),
@@ -745,6 +834,8 @@ impl Config {
             data_dir: None,
             children: ChildSettings { secret_vars: vec![OPENAI_KEY_ENV.to_owned()], ..ChildSettings::default() },
             sandbox: SandboxSettings { force_unavailable: sandbox_forced_off(env), ..SandboxSettings::default() },
+            local_servers: Vec::new(),
+            origin: None,
         }
     }
 
@@ -755,10 +846,21 @@ impl Config {
         let raw = parse_toml(text, path)?;
         let invalid = |(key, message): Invalid| ConfigError::Invalid { path: path.display().to_string(), key, message };
         let default_model = default_model_name(raw.default_model, &raw.models).map_err(invalid)?;
+        // Keys lathe stored are read only when a model says it has one.
+        let stored = match raw.models.values().any(|model| model.api_key_stored) {
+            true => match user_dir(env) {
+                Some(dir) => crate::credentials::read(&dir)?,
+                None => BTreeMap::new(),
+            },
+            false => BTreeMap::new(),
+        };
         let models = raw
             .models
             .into_iter()
-            .map(|(key, model)| Ok((key.clone(), model_config(key, model, env)?)))
+            .map(|(key, model)| {
+                let stored = stored.get(&key).cloned();
+                Ok((key.clone(), model_config(key, model, env, stored)?))
+            })
             .collect::<Result<BTreeMap<_, _>, Invalid>>()
             .map_err(invalid)?;
         let children = child_settings(&raw.child_env, &models, &raw.mcp_servers).map_err(invalid)?;
@@ -784,12 +886,49 @@ impl Config {
             data_dir: None,
             children,
             sandbox: sandbox_settings(&raw.sandbox, env).map_err(invalid)?,
+            local_servers: Vec::new(),
+            origin: None,
         })
     }
 
     /// The model a new session starts with.
     pub fn default_model(&self) -> Option<&ModelConfig> {
         self.models.get(&self.default_model)
+    }
+
+    /// Why no session can use this configuration, or `None` when it names
+    /// a model to talk to: no model at all (no file, no `OPENAI_*`
+    /// variable, no model server found running here), or a default model
+    /// whose key `lathe setup` stored and a logout forgot. Known without
+    /// asking any server; whether the server answers is `lathe doctor`'s
+    /// business.
+    pub fn unusable(&self) -> Option<String> {
+        match &self.source {
+            ConfigSource::Unconfigured => {
+                let found = match self.local_servers.as_slice() {
+                    [] => "no model server was found running on this machine".to_owned(),
+                    servers => format!(
+                        "of the model servers running here ({}), lathe picks none: it uses one only when it is \
+                         the only one with a model that takes tools",
+                        servers.join("; ")
+                    ),
+                };
+                return Some(format!(
+                    "no model is configured: there is no config file, OPENAI_API_KEY and OPENAI_BASE_URL are \
+                     unset, and {found}. Run `lathe setup` in a terminal to write ~/.config/lathe/config.toml"
+                ));
+            }
+            ConfigSource::File(_) | ConfigSource::Environment | ConfigSource::Discovered { .. } => {}
+        }
+        match self.default_model() {
+            None => Some(format!("the default model \"{}\" is not configured", self.default_model)),
+            Some(model) if model.api_key_stored && model.api_key.is_none() => Some(format!(
+                "model \"{}\" has no key: the one `lathe setup` stored was forgotten (a logout). Run `lathe setup` \
+                 in a terminal to give it one again",
+                model.key
+            )),
+            Some(_) => None,
+        }
     }
 }
 
@@ -832,8 +971,19 @@ fn check_server_url(url: &str) -> Result<(), String> {
 }
 
 /// One `[models.<key>]` table, checked.
-fn model_config(key: String, m: ModelToml, env: &dyn Fn(&str) -> Option<String>) -> Result<ModelConfig, Invalid> {
+fn model_config(
+    key: String,
+    m: ModelToml,
+    env: &dyn Fn(&str) -> Option<String>,
+    stored: Option<ApiKey>,
+) -> Result<ModelConfig, Invalid> {
     let at = |field: &str| format!("models.{key}.{field}");
+    if m.api_key_stored && m.api_key_env.is_some() {
+        return Err((
+            at("api_key_stored"),
+            "the key is either in an environment variable (api_key_env) or stored by lathe, not both".to_owned(),
+        ));
+    }
     check_server_url(&m.base_url).map_err(|message| (at("base_url"), message))?;
     if m.model.trim().is_empty() {
         return Err((at("model"), "must not be empty".to_owned()));
@@ -854,6 +1004,12 @@ fn model_config(key: String, m: ModelToml, env: &dyn Fn(&str) -> Option<String>)
         Ok(_) | Err(_) => return Err((at("extra_body"), "must be a table".to_owned())),
     };
     let api_key = match &m.api_key_env {
+        None if m.api_key_stored => {
+            if stored.is_none() {
+                tracing::warn!(model = %key, "api_key_stored = true, but lathe holds no key for this model (run `lathe setup`)");
+            }
+            stored
+        }
         Some(var) => {
             let value = env(var).filter(|v| !v.is_empty());
             if value.is_none() {
@@ -870,6 +1026,7 @@ fn model_config(key: String, m: ModelToml, env: &dyn Fn(&str) -> Option<String>)
         base_url: trim_base_url(&m.base_url),
         model: m.model,
         api_key_env: m.api_key_env,
+        api_key_stored: m.api_key_stored,
         api_key,
         context_window: m.context_window,
         max_output_tokens: m.max_output_tokens,
@@ -1195,7 +1352,7 @@ fn mcp_server(
 }
 
 /// lathe's own config directory: `$XDG_CONFIG_HOME/lathe`, else `~/.config/lathe`.
-fn user_dir(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
+pub fn user_dir(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
     Some(xdg_home(env, "XDG_CONFIG_HOME", ".config")?.join("lathe"))
 }
 
@@ -1428,6 +1585,30 @@ max_output_tokens = 8192
         assert_eq!(model.reasoning_effort.as_deref(), Some("none"), "tools need it on OpenAI's Chat Completions");
         let elsewhere = |name: &str| (name == "OPENAI_BASE_URL").then(|| "http://127.0.0.1:8080/v1".to_owned());
         assert_eq!(Config::from_env(&elsewhere).default_model().unwrap().reasoning_effort, None);
+    }
+
+    #[test]
+    fn a_stored_key_is_lathes_and_only_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let xdg = dir.path().to_string_lossy().into_owned();
+        let env = move |name: &str| (name == "XDG_CONFIG_HOME").then(|| xdg.clone());
+        let user_dir = user_dir(&env).unwrap();
+        crate::credentials::store(&user_dir, "m", &ApiKey::new("sk-stored")).unwrap();
+        let text = "[models.m]\nbase_url = \"https://api.example.com/v1\"\nmodel = \"x\"\napi_key_stored = true\n";
+        let config = Config::from_toml_str(text, Path::new("c.toml"), &env).unwrap();
+        let model = config.default_model().unwrap();
+        assert_eq!((model.api_key.as_ref().map(ApiKey::expose), model.api_key_stored), (Some("sk-stored"), true));
+        assert_eq!(config.unusable(), None);
+
+        let both = text.replace("api_key_stored = true\n", "api_key_stored = true\napi_key_env = \"K\"\n");
+        let err = Config::from_toml_str(&both, Path::new("c.toml"), &env).unwrap_err().to_string();
+        assert!(err.contains("models.m.api_key_stored") && err.contains("not both"), "{err}");
+
+        crate::credentials::forget(&user_dir).unwrap();
+        let config = Config::from_toml_str(text, Path::new("c.toml"), &env).unwrap();
+        assert!(config.default_model().unwrap().api_key.is_none());
+        assert!(config.unusable().unwrap().contains("forgotten"), "{:?}", config.unusable());
+        assert!(Config::from_env(&no_env).unusable().unwrap().contains("lathe setup"));
     }
 
     #[test]

@@ -178,14 +178,31 @@ pub async fn run(
             );
             true
         }
+        ConfigSource::Discovered { server, base_url } => {
+            let model = config.default_model().map_or("", |m| m.model.as_str());
+            report.add(
+                "config",
+                None,
+                Status::Ok,
+                format!(
+                    "no config file at {looked}; using the {server} server found running at {base_url} \
+                     (model {model}). `lathe setup` writes a config that keeps it"
+                ),
+            );
+            true
+        }
         ConfigSource::Unconfigured => {
+            let found = match config.local_servers.as_slice() {
+                [] => "no model server runs on this machine's usual ports".to_owned(),
+                servers => format!("found {} model servers ({}), none chosen", servers.len(), servers.join("; ")),
+            };
             report.add(
                 "config",
                 None,
                 Status::Fail,
                 format!(
-                    "no config file at {looked}, and OPENAI_API_KEY and OPENAI_BASE_URL are unset: \
-                     run `lathe init --preset <name>` or set them"
+                    "no config file at {looked}, OPENAI_API_KEY and OPENAI_BASE_URL are unset, and {found}: \
+                     run `lathe setup` (or `lathe init --preset <name>`)"
                 ),
             );
             false
@@ -228,32 +245,63 @@ fn bounded(config: &Config) -> crate::config::NetworkSettings {
     network
 }
 
-async fn check_model(report: &mut Report, model: &ModelConfig, config: &Config) {
+/// Every model's lines of `lathe doctor` and nothing else: what `lathe
+/// setup` checks before it writes a config.
+pub async fn check_models(config: &Config) -> Report {
+    let mut report = Report { checks: Vec::new(), redactor: Redactor::new(crate::trace::secrets_of(config)) };
+    for model in config.models.values() {
+        check_model(&mut report, model, config).await;
+    }
+    report
+}
+
+/// The checks that need no completion, for the default model: the
+/// endpoint answers, the key is accepted, the model is listed (one `GET
+/// {base_url}/models`). What ACP `authenticate` asks before it says yes.
+pub async fn check_access(config: &Config) -> Report {
+    let mut report = Report { checks: Vec::new(), redactor: Redactor::new(crate::trace::secrets_of(config)) };
+    match config.default_model() {
+        Some(model) => {
+            let _ = check_reach(&mut report, model, config).await;
+        }
+        None => report.add("model", Some(&config.default_model), Status::Fail, "not configured"),
+    }
+    report
+}
+
+/// A model's lines, in order: an unreachable endpoint skips those after
+/// the first, a refused key those after the second.
+const REST: [&str; 7] = ["endpoint", "auth", "listed", "streaming", "tools", "usage", "context window"];
+
+/// Reachable, key accepted, model listed: one `GET {base_url}/models`.
+/// The client and how its key was given, when the rest may go on.
+async fn check_reach(report: &mut Report, model: &ModelConfig, config: &Config) -> Option<(ModelClient, String)> {
     let subject = format!("model {}", model.key);
     let subject = Some(subject.as_str());
     let client = match ModelClient::new(Arc::new(model.clone()), &bounded(config)) {
         Ok(client) => client,
         Err(err) => {
             report.add("endpoint", subject, Status::Fail, err.to_string());
-            return;
+            return None;
         }
     };
     let key_source = match (&model.api_key, &model.api_key_env) {
         (Some(_), Some(env)) => format!("the key from ${env}"),
+        (Some(_), None) if model.api_key_stored => "the key `lathe setup` stored".to_owned(),
         (Some(_), None) => "the configured key".to_owned(),
         (None, Some(env)) => format!("no key (${env} is unset)"),
+        (None, None) if model.api_key_stored => "no key (the one `lathe setup` stored was forgotten)".to_owned(),
         (None, None) => "no key (none configured)".to_owned(),
     };
-
     // Reachable, key accepted, model listed: one GET {base}/models.
     let listed = bounded_wait(client.list_models()).await;
     match &listed {
         Err(err) if unreachable(err) => {
             report.add("endpoint", subject, Status::Fail, format!("{} is unreachable: {err}", model.base_url));
-            for check in ["auth", "listed", "streaming", "tools", "usage", "context window"] {
+            for check in REST.iter().skip(1) {
                 report.add(check, subject, Status::Skip, "the endpoint is unreachable");
             }
-            return;
+            return None;
         }
         Err(ModelError::Http { status, .. }) => {
             report.add("endpoint", subject, Status::Ok, format!("{} answered (HTTP {status})", model.base_url));
@@ -265,12 +313,11 @@ async fn check_model(report: &mut Report, model: &ModelConfig, config: &Config) 
         && refused(err)
     {
         report.add("auth", subject, Status::Fail, format!("{key_source} was refused: {err}"));
-        for check in ["listed", "streaming", "tools", "usage", "context window"] {
+        for check in REST.iter().skip(2) {
             report.add(check, subject, Status::Skip, "the key was refused");
         }
-        return;
+        return None;
     }
-    let auth_at = report.checks.len();
     report.add("auth", subject, Status::Ok, format!("{key_source} was accepted"));
     match &listed {
         Ok(ids) if ids.iter().any(|id| id == &model.model) => {
@@ -293,6 +340,15 @@ async fn check_model(report: &mut Report, model: &ModelConfig, config: &Config) 
         }
         Err(err) => report.add("listed", subject, Status::Warn, format!("the server gave no model list: {err}")),
     }
+    Some((client, key_source))
+}
+
+async fn check_model(report: &mut Report, model: &ModelConfig, config: &Config) {
+    let subject = format!("model {}", model.key);
+    let subject = Some(subject.as_str());
+    let Some((client, key_source)) = check_reach(report, model, config).await else { return };
+    let auth_at = report.checks.iter().rposition(|c| c.check == "auth" && c.subject.as_deref() == subject).unwrap_or(0);
+    let refused = |err: &ModelError| err.kind() == ModelErrorKind::Auth;
 
     // The window first: a server that lists no tool support for the model
     // makes the client chat-only, as in a session.

@@ -41,11 +41,14 @@
 //! fs_guard    the path authority: every file touch judged on its final target,
 //!             done on the object judged; the reader for untrusted workspace files
 //! config      TOML / environment -> validated Config
+//! discover    with no config at all: a model server already running on
+//!             loopback (Ollama, LM Studio, llama.cpp, vLLM), told by its metadata
+//! credentials keys `lathe setup` stored (0600), forgotten by a logout; private files
 //! cancel      or_cancel: the one way a wait is raced against a token
 //! http        the one way an HTTP client is started (rustls over ring)
 //! errors      an error and its causes, on one line
 //! sync        the one way a std Mutex is locked
-//! cli/        `lathe sessions` and `lathe init`; doctor: `lathe doctor`;
+//! cli/        `lathe sessions`, `lathe init` and `lathe setup`; doctor: `lathe doctor`;
 //!             trace: the `--trace` file (JSON-RPC both ways, model traffic, redacted)
 //! ```
 //!
@@ -69,6 +72,8 @@ pub mod child;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod credentials;
+pub mod discover;
 pub mod doctor;
 pub mod errors;
 pub mod fs_guard;

@@ -195,6 +195,11 @@ pub fn model_client(config: &Config, key: &str, thought_level: Option<&str>) -> 
         .models
         .get(key)
         .ok_or_else(|| ModelError::NotConfigured(format!("the model \"{key}\" is not configured")))?;
+    if model.api_key_stored && model.api_key.is_none() {
+        return Err(ModelError::NotConfigured(format!(
+            "model \"{key}\" has no key: the one `lathe setup` stored was forgotten (a logout); run `lathe setup` again"
+        )));
+    }
     let mut model = model.clone();
     if thought_level.is_some() {
         model.reasoning_effort = thought_level.map(str::to_owned);
