@@ -41,6 +41,7 @@
 //!   [`crate::session::Journal`]): until then it is listed and loadable in
 //!   this process only, and one closed or left at exit unprompted leaves nothing.
 
+mod auth;
 mod client;
 mod options;
 mod prompt;
@@ -236,7 +237,9 @@ type ModelKey = (String, Option<String>);
 
 /// The state of one ACP connection.
 struct Server {
-    config: Arc<Config>,
+    /// The configuration in use; `authenticate` and `logout` replace it
+    /// (see [`Server::config`]).
+    config: Mutex<Arc<Config>>,
     outbox: Outbox,
     initialized: AtomicBool,
     client_capabilities: Arc<OnceLock<ClientCapabilities>>,
@@ -281,7 +284,7 @@ impl Server {
             store,
             unsaved_reason,
             warnings,
-            config: Arc::new(config),
+            config: Mutex::new(Arc::new(config)),
             outbox,
             initialized: AtomicBool::new(false),
             client_capabilities,
@@ -386,16 +389,11 @@ impl Server {
         }
         match method {
             "initialize" => self.outbox.respond(&id, self.initialize(params)),
-            "authenticate" => self.outbox.respond_err(
-                &id,
-                &RpcError::new(
-                    INVALID_PARAMS,
-                    "lathe offers no authentication methods: model API keys come from its config (api_key_env)",
-                ),
-            ),
-            "session/new" => self.new_session(id, params),
-            "session/load" => self.load_session(id, params, sessions::Replay::Yes),
-            "session/resume" => self.load_session(id, params, sessions::Replay::No),
+            "authenticate" => self.authenticate(id, params),
+            "logout" => self.logout(id, params),
+            "session/new" => self.gated(id, |id| self.new_session(id, params)),
+            "session/load" => self.gated(id, |id| self.load_session(id, params, sessions::Replay::Yes)),
+            "session/resume" => self.gated(id, |id| self.load_session(id, params, sessions::Replay::No)),
             "session/list" => self.list_sessions(id, params),
             "session/close" => self.close_session(id, params),
             "session/delete" => self.delete_session(id, params),
@@ -435,9 +433,10 @@ impl Server {
         if request.protocol_version != ProtocolVersion::V1 {
             tracing::info!(requested = %request.protocol_version, "client asked for another protocol version; answering 1");
         }
+        let auth_methods = self.auth_methods(&request.client_capabilities);
         let _ = self.client_capabilities.set(request.client_capabilities);
         self.initialized.store(true, Ordering::Release);
-        let vision = self.config.default_model().is_some_and(|m| m.vision);
+        let vision = self.config().default_model().is_some_and(|m| m.vision);
         let mut sessions =
             SessionCapabilities::new().additional_directories(SessionAdditionalDirectoriesCapabilities::new());
         // Listing, resuming and deleting need the store; closing does not.
@@ -454,10 +453,27 @@ impl Server {
             .mcp_capabilities(McpCapabilities::new().http(true).sse(true))
             .load_session(self.store.is_some())
             .prompt_capabilities(PromptCapabilities::new().embedded_context(true).image(vision))
-            .session_capabilities(sessions);
+            .session_capabilities(sessions)
+            .auth(self.auth_capabilities());
         Ok(InitializeResponse::new(ProtocolVersion::V1)
             .agent_capabilities(capabilities)
+            .auth_methods(auth_methods)
             .agent_info(Implementation::new("lathe", env!("CARGO_PKG_VERSION")).title("lathe")))
+    }
+
+    /// Runs `set_up` (a session's set-up) only when a model is usable;
+    /// else answers the auth-required error, and the editor offers the
+    /// auth methods.
+    fn gated(&self, id: RequestId, set_up: impl FnOnce(RequestId)) {
+        match self.auth_gate() {
+            Ok(()) => set_up(id),
+            Err(error) => self.outbox.respond_err(&id, &error),
+        }
+    }
+
+    /// The configuration in use now.
+    fn config(&self) -> Arc<Config> {
+        Arc::clone(&lock(&self.config))
     }
 
     fn model_client(&self, key: &str, thought_level: Option<&str>) -> Result<Arc<ModelClient>, ModelError> {
@@ -465,7 +481,7 @@ impl Server {
         if let Some(client) = lock(&self.models).get(&cache_key) {
             return Ok(Arc::clone(client));
         }
-        let client = Arc::new(crate::setup::model_client(&self.config, key, thought_level)?);
+        let client = Arc::new(crate::setup::model_client(&self.config(), key, thought_level)?);
         lock(&self.models).insert(cache_key, Arc::clone(&client));
         Ok(client)
     }

@@ -132,7 +132,7 @@ impl Server {
             }
         }
         self.save_meta(&session);
-        Ok(SetSessionConfigOptionResponse::new(config_options(&self.config, &session)))
+        Ok(SetSessionConfigOptionResponse::new(config_options(&self.config(), &session)))
     }
 
     /// Switches the mode. `announce_mode` also sends `current_mode_update`
@@ -145,7 +145,7 @@ impl Server {
             events.send_unrecorded(SessionUpdate::CurrentModeUpdate(CurrentModeUpdate::new(mode.id())));
         }
         events.send_unrecorded(SessionUpdate::ConfigOptionUpdate(ConfigOptionUpdate::new(config_options(
-            &self.config,
+            &self.config(),
             session,
         ))));
         self.save_meta(session);
@@ -154,14 +154,15 @@ impl Server {
     /// Switches the model; the reasoning effort follows the new model's.
     /// Returns the model's display name.
     pub(super) fn switch_model(&self, session: &Session, key: &str) -> Result<String, RpcError> {
-        let model = self.config.models.get(key).ok_or_else(|| {
-            let known: Vec<&str> = self.config.models.keys().map(String::as_str).collect();
+        let config = self.config();
+        let model = config.models.get(key).ok_or_else(|| {
+            let known: Vec<&str> = config.models.keys().map(String::as_str).collect();
             RpcError::new(
                 INVALID_PARAMS,
                 format!("Invalid params: unknown model \"{key}\" (configured: {})", known.join(", ")),
             )
         })?;
-        session.set_choices(choices_for(&self.config, key));
+        session.set_choices(choices_for(&config, key));
         self.save_meta(session);
         Ok(model.display_name.clone())
     }

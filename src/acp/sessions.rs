@@ -86,7 +86,8 @@ impl Server {
             Err(error) => return self.outbox.respond_err(&id, &error),
         };
         let session_id = setup::new_session_id();
-        let choices = setup::choices_for(&self.config, &self.config.default_model);
+        let config = self.config();
+        let choices = setup::choices_for(&config, &config.default_model);
         let meta = setup::new_meta(&session_id, &placement, &choices, Mode::Ask);
         // Not on disk until its first prompt reaches the turn loop (see Journal).
         let journal = match &self.store {
@@ -101,10 +102,11 @@ impl Server {
             let session = server.open_session(Arc::clone(&session_id), placement, start, &files.instructions);
             let response = NewSessionResponse::new(SessionId::new(Arc::clone(session.id())))
                 .modes(options::mode_state(&session))
-                .config_options(options::config_options(&server.config, &session));
+                .config_options(options::config_options(&server.config(), &session));
             server.outbox.respond_ok(&id, &response);
             server.send_commands(&session, files.commands);
             server.tell_sandbox(&session);
+            server.tell_discovered(&session_id);
             if let Err(why) = journal {
                 tracing::warn!(session = %session_id, "lathe {why}; this session will not be saved");
                 server.warnings.not_saved(&session_id, &why);
@@ -149,10 +151,11 @@ impl Server {
                 Ok((session, commands)) => {
                     let response = LoadSessionResponse::new()
                         .modes(options::mode_state(&session))
-                        .config_options(options::config_options(&server.config, &session));
+                        .config_options(options::config_options(&server.config(), &session));
                     server.outbox.respond_ok(&id, &response);
                     server.send_commands(&session, commands);
                     server.tell_sandbox(&session);
+                    server.tell_discovered(session.id());
                     server.send_checkpoints(&session, &server.events(&session), true).await;
                 }
                 Err(error) => server.outbox.respond_err(&id, &error),
@@ -188,7 +191,7 @@ impl Server {
         // taken, so other sessions' messages never queue behind all of it.
         let reading = {
             let (store, id) = (Arc::clone(store), Arc::clone(&session_id.0));
-            let (cwd, user_dir) = (placement.cwd.clone(), self.config.user_dir.clone());
+            let (cwd, user_dir) = (placement.cwd.clone(), self.config().user_dir.clone());
             let outbox = self.outbox.clone();
             let runtime = tokio::runtime::Handle::current();
             let notification_id = session_id.clone();
@@ -221,7 +224,7 @@ impl Server {
         };
         let mut placement = placement;
         placement.created_at.clone_from(&meta.created_at);
-        let (choices, mode) = setup::restored_choices(&self.config, &meta);
+        let (choices, mode) = setup::restored_choices(&self.config(), &meta);
         meta.cwd = placement.cwd.clone();
         meta.additional_directories = placement.additional_directories.clone();
         let journal = match unsaved.filter(|journal| journal.pending_meta().is_some()) {
@@ -237,7 +240,7 @@ impl Server {
 
     /// Reads the workspace files of a session being set up, off the async threads.
     async fn read_workspace(&self, placement: &Placement) -> WorkspaceFiles {
-        let (cwd, user_dir) = (placement.cwd.clone(), self.config.user_dir.clone());
+        let (cwd, user_dir) = (placement.cwd.clone(), self.config().user_dir.clone());
         tokio::task::spawn_blocking(move || workspace_files(&cwd, user_dir.as_deref())).await.unwrap_or_else(|err| {
             tracing::warn!(%err, "reading the project's instructions and commands failed");
             WorkspaceFiles::default()
@@ -253,14 +256,14 @@ impl Server {
     ) -> Arc<Session> {
         let store = self.store.as_ref();
         let session =
-            setup::open_session(&self.config, store, Arc::clone(&id), placement, start, instructions, &self.root);
+            setup::open_session(&self.config(), store, Arc::clone(&id), placement, start, instructions, &self.root);
         lock(&self.sessions).insert(id, Arc::clone(&session));
         session
     }
 
     /// How the session's processes are started: its environment rule and sandbox.
     fn launcher(&self, session: &Session) -> crate::child::Launcher {
-        setup::launcher(&self.config, session)
+        setup::launcher(&self.config(), session)
     }
 
     /// Tells the user, once for the session (when it is created or loaded),

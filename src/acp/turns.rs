@@ -31,7 +31,8 @@ impl Server {
             let request: PromptRequest = parse_params(params)?;
             let session = self.session(&request.session_id)?;
             let model_key = session.choices().model_key;
-            let model = self.config.models.get(&model_key);
+            let config = self.config();
+            let model = config.models.get(&model_key);
             let vision = model.is_some_and(|m| m.vision);
             let model_name = model.map_or(model_key.as_str(), |m| m.model.as_str());
             let parts = prompt::to_user_parts(request.prompt, vision, model_name)
@@ -94,7 +95,7 @@ impl Server {
             let info = SessionInfoUpdate::new().title(shown).updated_at(now_rfc3339());
             events.send_unrecorded(SessionUpdate::SessionInfoUpdate(info));
         }
-        match setup::classify(&session.setup().cwd, self.config.user_dir.as_deref(), parts).await {
+        match setup::classify(&session.setup().cwd, self.config().user_dir.as_deref(), parts).await {
             Request::Turn(parts) => self.run_turn(turn, &events, parts).await,
             Request::Builtin(kind, arguments) => self.run_builtin(turn, &events, kind, &arguments).await,
         }
@@ -108,16 +109,17 @@ impl Server {
     ) -> Result<StopReason, TurnError> {
         let session = Arc::clone(turn.session());
         let token = turn.token().clone();
+        let config = self.config();
         let choices = session.choices();
         let client = self.model_client(&choices.model_key, choices.thought_level.as_deref())?;
         let session_id = SessionId::new(Arc::clone(session.id()));
         let capabilities = self.client_capabilities.get().cloned().unwrap_or_default();
         let roots = session.roots();
-        let launcher = crate::child::Launcher::for_session(&self.config.children, &self.config.sandbox, &roots);
+        let launcher = crate::child::Launcher::for_session(&config.children, &config.sandbox, &roots);
         lock(session.policy()).set_confinement(launcher.confinement());
         let host = ClientHost::new(self.outbox.clone(), session_id.clone(), &capabilities, launcher);
         let approver = ClientApprover { outbox: self.outbox.clone(), session_id };
-        let limits = setup::tool_limits(&self.config);
+        let limits = setup::tool_limits(&config);
         let external = session.external_tools();
         // The turn's changes to files are checkpointed (`/undo`) when the session keeps checkpoints.
         let recording = TurnRecording::begin(&session, turn.conversation(), &parts).await;
@@ -131,7 +133,7 @@ impl Server {
         };
         let runner = Turn {
             client: &client,
-            settings: &self.config.agent,
+            settings: &config.agent,
             events,
             cancel: &token,
             workspace: Workspace {
@@ -143,9 +145,9 @@ impl Server {
                 limits: &limits,
                 seen: session.file_versions(),
             },
-            tools: crate::tools::definitions_with(self.config.tools.fetch),
+            tools: crate::tools::definitions_with(config.tools.fetch),
             external: external.as_deref(),
-            context: &self.config.context,
+            context: &config.context,
         };
         let result = runner.run(turn.conversation(), parts).await;
         if let Some(recording) = recording
@@ -170,7 +172,7 @@ impl Server {
             CommandKind::Compact => {
                 let choices = session.choices();
                 let client = self.model_client(&choices.model_key, choices.thought_level.as_deref())?;
-                match setup::compact(turn, &client, events, &self.config).await? {
+                match setup::compact(turn, &client, events, &self.config()).await? {
                     Some(reply) => reply,
                     None => return Ok(StopReason::Cancelled),
                 }
@@ -192,14 +194,14 @@ impl Server {
 
     fn model_command(&self, session: &crate::session::Session, arguments: &str) -> String {
         if arguments.is_empty() {
-            return setup::model_list(&self.config, &session.choices().model_key);
+            return setup::model_list(&self.config(), &session.choices().model_key);
         }
         match self.switch_model(session, arguments) {
             Ok(name) => {
                 // The agent changed an option: tell the editor the complete state.
                 self.events(session).send_unrecorded(SessionUpdate::ConfigOptionUpdate(
                     agent_client_protocol_schema::v1::ConfigOptionUpdate::new(options::config_options(
-                        &self.config,
+                        &self.config(),
                         session,
                     )),
                 ));

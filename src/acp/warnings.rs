@@ -55,12 +55,28 @@ impl Warnings {
 
     /// A warning with this title and text (e.g. the command sandbox's, see `crate::sandbox`).
     pub(super) fn warn(&self, session_id: &str, title: &str, description: &str) {
+        self.notice(session_id, NoticeSeverity::Warning, title, description);
+    }
+
+    /// Something worth knowing that is not a problem (e.g. which model
+    /// server lathe found and uses, see `crate::discover`): an `info` notice,
+    /// or an agent message starting "Note:".
+    pub(super) fn inform(&self, session_id: &str, title: &str, description: &str) {
+        self.notice(session_id, NoticeSeverity::Info, title, description);
+    }
+
+    fn notice(&self, session_id: &str, severity: NoticeSeverity, title: &str, description: &str) {
         let notices = self.capabilities.get().and_then(|c| c.session.as_ref()).is_some_and(|s| s.notices.is_some());
         let update = if notices {
-            SessionUpdate::Notice(Notice::new(NoticeSeverity::Warning, title).description(description.to_owned()))
+            SessionUpdate::Notice(Notice::new(severity, title).description(description.to_owned()))
         } else {
-            let id = MessageId::new(format!("warning_{}", uuid::Uuid::new_v4().simple()));
-            let text = format!("Warning: {title}. {description}");
+            let (prefix, label) = match severity {
+                NoticeSeverity::Info => ("note", "Note"),
+                // Warning, Error, and severities newer than this schema.
+                _ => ("warning", "Warning"),
+            };
+            let id = MessageId::new(format!("{prefix}_{}", uuid::Uuid::new_v4().simple()));
+            let text = format!("{label}: {title}. {description}");
             SessionUpdate::AgentMessageChunk(ContentChunk::new(ContentBlock::from(text)).message_id(id))
         };
         let notification = SessionNotification::new(SessionId::new(session_id), update);
