@@ -40,7 +40,10 @@ async fn initialize_negotiates_version_1_and_describes_the_agent() {
         for capability in ["list", "resume", "close", "delete", "additionalDirectories"] {
             assert_eq!(caps["sessionCapabilities"][capability], json!({}), "{capability}");
         }
-        assert_eq!(result["authMethods"], json!([]));
+        // A working config: the one method that uses it (tests/suite/auth.rs has the rest).
+        let methods: Vec<&str> =
+            result["authMethods"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+        assert_eq!(methods, ["lathe-config"], "{response}");
     }
     h.agent.assert_stdout_is_only_jsonrpc();
 }
