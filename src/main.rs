@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use lathe::config::{Config, ConfigSource};
+use lathe::config::{Config, ConfigOrigin, ConfigSource};
 
 /// A coding agent for your editor: speaks the Agent Client Protocol on
 /// stdin/stdout and drives any OpenAI-compatible model.
@@ -18,7 +18,9 @@ use lathe::config::{Config, ConfigSource};
 /// subprocess; there is nothing to type. Configuration is read from --config,
 /// else $LATHE_CONFIG, else $XDG_CONFIG_HOME/lathe/config.toml
 /// (~/.config/lathe/config.toml), else the OPENAI_BASE_URL, OPENAI_API_KEY
-/// and OPENAI_MODEL environment variables.
+/// and OPENAI_MODEL environment variables, else the one model server found
+/// running on this machine (Ollama, LM Studio, llama.cpp, vLLM). `lathe
+/// setup` writes a config.
 #[derive(Debug, Parser)]
 #[command(name = "lathe", version, about, long_about)]
 struct Cli {
@@ -63,6 +65,15 @@ enum Command {
     /// Write a commented config file for a provider preset to the default
     /// location (or --config); never overwrites.
     Init(lathe::cli::init::InitArgs),
+    /// Set lathe up on this terminal: choose a model server (one running
+    /// here, a preset, or a URL), give its key (pasted, never shown, or an
+    /// environment variable), pick a model, check it as `lathe doctor` does,
+    /// and write the config (mode 0600). What an editor's "Set up lathe"
+    /// button runs.
+    Setup(lathe::cli::setup::SetupArgs),
+    /// Forget the API keys `lathe setup` stored (what an editor's logout
+    /// does); keys in environment variables are yours and stay.
+    Logout,
     /// Print a shell completion script: `lathe completions bash > ~/.local/share/bash-completion/completions/lathe`.
     Completions {
         /// The shell.
@@ -107,13 +118,13 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     init_logging(cli.log_level.as_deref(), cli.log_file.as_deref(), "warn,lathe=info")?;
-    let Some(config) = session_config(&cli)? else { return Ok(ExitCode::from(2)) };
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
+    let Some(config) = session_config(&cli, &runtime)? else { return Ok(ExitCode::from(2)) };
     if std::io::stdin().is_terminal() {
         greet(&config);
     }
     tracing::info!(config = %config.source, model = %config.default_model, "lathe {} starting", env!("CARGO_PKG_VERSION"));
-    let runtime =
-        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
     let result = runtime.block_on(lathe::serve_stdio(config, shutdown_signal()));
     // Do not wait for blocking work (a search walker, say) that ignored cancellation.
     runtime.shutdown_timeout(Duration::from_millis(250));
@@ -182,7 +193,12 @@ fn run_command(cli: Cli, command: Command) -> anyhow::Result<ExitCode> {
         Command::Doctor(args) => {
             init_logging(cli.log_level.as_deref(), cli.log_file.as_deref(), "error")?;
             let data_dir = lathe::store::default_data_dir(cli.data_dir.as_deref(), &env);
-            let loaded = Config::load(cli.config.as_deref(), &env).map(|mut config| {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?;
+            let origin = ConfigOrigin::process(cli.config.clone());
+            let loaded = runtime.block_on(lathe::discover::load_config(&origin)).map(|mut config| {
                 config.data_dir = data_dir.clone();
                 // MCP servers and the sandbox are checked as a session would start them.
                 config.children.supervisor = std::env::current_exe().ok();
@@ -190,16 +206,70 @@ fn run_command(cli: Cli, command: Command) -> anyhow::Result<ExitCode> {
             });
             let located = lathe::config::locate(cli.config.as_deref(), &env).map(|(path, _)| path);
             start_trace(cli.trace.as_deref(), loaded.as_ref().ok())?;
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-                .context("starting the async runtime")?;
             let report = runtime.block_on(lathe::doctor::run(&args, loaded, located, data_dir));
             runtime.shutdown_timeout(Duration::from_millis(250));
             report.write(&mut stdout, args.json).context("writing the report")?;
             stdout.flush().context("writing the report")?;
             Ok(if report.passed() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
+        Command::Setup(_) => {
+            init_logging(cli.log_level.as_deref(), cli.log_file.as_deref(), "error")?;
+            if !std::io::stdin().is_terminal() {
+                eprintln!(
+                    "lathe setup: it asks questions, so it runs on a terminal; in a script, use `lathe init --preset NAME`"
+                );
+                return Ok(ExitCode::from(2));
+            }
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?;
+            let discovery = lathe::discover::Plan::from_env(&env).unwrap_or_else(|why| {
+                eprintln!("lathe setup: {why}; not looking for model servers running here");
+                None
+            });
+            let cx = lathe::cli::setup::Context {
+                path: lathe::config::locate(cli.config.as_deref(), &env).map(|(path, _)| path),
+                user_dir: lathe::config::user_dir(&env),
+                env: &env,
+                discovery,
+            };
+            let mut prompter = lathe::cli::setup::TerminalPrompter::new(&mut stdout);
+            let outcome = runtime.block_on(lathe::cli::setup::run(&mut prompter, &cx));
+            runtime.shutdown_timeout(Duration::from_millis(250));
+            match outcome {
+                Ok(_) => Ok(ExitCode::SUCCESS),
+                Err(err) => {
+                    eprintln!("lathe setup: {err}");
+                    Ok(ExitCode::FAILURE)
+                }
+            }
+        }
+        Command::Logout => match lathe::config::user_dir(&env) {
+            Some(dir) => match lathe::credentials::forget(&dir) {
+                Ok(true) => {
+                    writeln!(
+                        stdout,
+                        "lathe: forgot the keys `lathe setup` stored ({} is gone).",
+                        lathe::credentials::path(&dir).display()
+                    )
+                    .context("writing to stdout")?;
+                    Ok(ExitCode::SUCCESS)
+                }
+                Ok(false) => {
+                    writeln!(stdout, "lathe: there was no stored key to forget.").context("writing to stdout")?;
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(err) => {
+                    eprintln!("lathe logout: {err}");
+                    Ok(ExitCode::FAILURE)
+                }
+            },
+            None => {
+                eprintln!("lathe logout: HOME and XDG_CONFIG_HOME are unset: there is no config directory");
+                Ok(ExitCode::FAILURE)
+            }
+        },
         command @ (Command::Exec(_) | Command::Chat(_)) => {
             drop(stdout);
             run_terminal(cli, command)
@@ -213,9 +283,9 @@ fn run_terminal(cli: Cli, command: Command) -> anyhow::Result<ExitCode> {
     // On a terminal front end, stderr is the user's screen: errors only
     // (what a warning would say, such as a retry, is shown there already).
     init_logging(cli.log_level.as_deref(), cli.log_file.as_deref(), "error")?;
-    let Some(config) = session_config(&cli)? else { return Ok(ExitCode::from(lathe::term::exit::USAGE)) };
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
+    let Some(config) = session_config(&cli, &runtime)? else { return Ok(ExitCode::from(lathe::term::exit::USAGE)) };
     let code = match command {
         Command::Exec(args) => runtime.block_on(lathe::term::exec(config, args)),
         Command::Chat(args) => lathe::term::chat(config, args, &runtime),
@@ -223,6 +293,8 @@ fn run_terminal(cli: Cli, command: Command) -> anyhow::Result<ExitCode> {
         | Command::Doctor(_)
         | Command::Sessions(_)
         | Command::Init(_)
+        | Command::Setup(_)
+        | Command::Logout
         | Command::Completions { .. }
         | Command::Man => lathe::term::exit::USAGE,
     };
@@ -230,13 +302,14 @@ fn run_terminal(cli: Cli, command: Command) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(code))
 }
 
-/// The config sessions run with (serving ACP, `exec`, `chat`): loaded, its
-/// data directory, the trace started, children supervised by this
-/// executable. `None` when it cannot be loaded (said on stderr: a usage
-/// error).
-fn session_config(cli: &Cli) -> anyhow::Result<Option<Config>> {
+/// The config sessions run with (serving ACP, `exec`, `chat`): loaded
+/// (with no config at all, the model server found running here), its data
+/// directory, the trace started, children supervised by this executable.
+/// `None` when it cannot be loaded (said on stderr: a usage error).
+fn session_config(cli: &Cli, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Option<Config>> {
     let env = |name: &str| std::env::var(name).ok();
-    let mut config = match Config::load(cli.config.as_deref(), &env) {
+    let origin = ConfigOrigin::process(cli.config.clone());
+    let mut config = match runtime.block_on(lathe::discover::load_config(&origin)) {
         Ok(config) => config,
         Err(err) => {
             eprintln!("lathe: {err}");
@@ -306,9 +379,18 @@ fn greet(config: &Config) {
     }
     match (&config.source, config.default_model()) {
         (ConfigSource::Unconfigured, _) | (_, None) => {
-            eprintln!("model:  none configured; see config.example.toml, or set OPENAI_API_KEY and OPENAI_MODEL")
+            eprintln!("model:  none configured; run `lathe setup` (or set OPENAI_API_KEY and OPENAI_MODEL)");
+            for server in &config.local_servers {
+                eprintln!("        found running here: {server}");
+            }
         }
-        (_, Some(model)) => eprintln!("model:  {} ({}) at {}", model.key, model.model, model.base_url),
+        (ConfigSource::Discovered { server, .. }, Some(model)) => {
+            eprintln!("model:  {} at {}, found running here: {server}", model.model, model.base_url);
+            eprintln!("        (no config file; `lathe setup` writes one)");
+        }
+        (ConfigSource::File(_) | ConfigSource::Environment, Some(model)) => {
+            eprintln!("model:  {} ({}) at {}", model.key, model.model, model.base_url)
+        }
     }
     eprintln!("check:  `lathe doctor` checks the config, the model endpoint and the data directory");
     eprintln!("lathe is meant to be started by an editor. For Zed, add to settings.json:");

@@ -8,7 +8,6 @@
 //! the example's layout (paragraphs separated by blank lines, one
 //! `[models.<name>]` table per preset paragraph) and nothing else.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 /// The documented example, the source of every preset.
@@ -92,35 +91,59 @@ fn example_default() -> Option<&'static str> {
 /// The config file for `preset`: the example with only that preset's
 /// model, which is also the default.
 pub fn render(preset: &str) -> Result<String, InitError> {
-    let known = presets();
-    if !known.contains(&preset) {
-        return Err(InitError::UnknownPreset {
+    let paragraph = preset_paragraph(preset)?;
+    Ok(render_one(&format!("lathe init --preset {preset}"), preset, &paragraph))
+}
+
+/// The paragraph of the example that defines `preset` (its comments and
+/// its `[models.<preset>]` table).
+pub fn preset_paragraph(preset: &str) -> Result<String, InitError> {
+    paragraphs(EXAMPLE).into_iter().find(|(defines, _)| *defines == Some(preset)).map(|(_, text)| text).ok_or_else(
+        || InitError::UnknownPreset {
             name: preset.to_owned(),
-            known: known.iter().map(|name| (*name).to_owned()).collect(),
-        });
-    }
+            known: presets().iter().map(|n| (*n).to_owned()).collect(),
+        },
+    )
+}
+
+/// A config file with one model: every paragraph of the example except
+/// the presets, `model` (a paragraph defining `[models.<key>]`) where the
+/// presets were, and `default_model` naming `key`. `written_by` is the
+/// command, for the header.
+pub fn render_one(written_by: &str, key: &str, model: &str) -> String {
     let mut text = format!(
-        "# Written by `lathe init --preset {preset}` (lathe {}). The other presets and\n\
+        "# Written by `{written_by}` (lathe {}). The other presets and\n\
          # every key are in config.example.toml and the README.\n\n",
         env!("CARGO_PKG_VERSION")
     );
+    let mut placed = false;
     for (defines, paragraph) in paragraphs(EXAMPLE) {
-        if defines.is_some_and(|name| name != preset) {
-            continue;
-        }
-        let paragraph: Vec<String> = paragraph
-            .lines()
-            .map(|line| match line.starts_with("default_model") {
-                true => format!("default_model = \"{preset}\""),
-                false => line.to_owned(),
-            })
-            .collect();
-        text.push_str(&paragraph.join("\n"));
+        let paragraph = match defines {
+            Some(_) if placed => continue,
+            Some(_) => {
+                placed = true;
+                model.to_owned()
+            }
+            None => paragraph
+                .lines()
+                .map(|line| match line.starts_with("default_model") {
+                    true => format!("default_model = {}", toml_string(key)),
+                    false => line.to_owned(),
+                })
+                .collect::<Vec<_>>()
+                .join("\n"),
+        };
+        text.push_str(&paragraph);
         text.push_str("\n\n");
     }
     text.truncate(text.trim_end().len());
     text.push('\n');
-    Ok(text)
+    text
+}
+
+/// `text` as a TOML string, quoted and escaped.
+pub fn toml_string(text: &str) -> String {
+    toml::Value::String(text.to_owned()).to_string()
 }
 
 /// Runs `lathe init`: writes the preset's file to `path` (the located
@@ -135,17 +158,7 @@ pub fn run(args: &InitArgs, path: Option<&Path>, out: &mut dyn std::io::Write) -
         return out.write_all(text.as_bytes()).map_err(|source| InitError::Io { path: "stdout".into(), source });
     }
     let path = path.map(Path::to_path_buf).ok_or(InitError::NoLocation)?;
-    let io = |source| InitError::Io { path: path.clone(), source };
-    if let Some(parent) = path.parent().filter(|parent| !parent.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(io)?;
-    }
-    // create_new: an existing file (or a link to one) is never touched.
-    let mut file = match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
-        Ok(file) => file,
-        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => return Err(InitError::Exists(path)),
-        Err(err) => return Err(io(err)),
-    };
-    file.write_all(text.as_bytes()).and_then(|()| file.sync_all()).map_err(io)?;
+    write_new(&path, &text)?;
     let key_hint = text
         .lines()
         .find_map(|line| line.strip_prefix("api_key_env = "))
@@ -157,6 +170,16 @@ pub fn run(args: &InitArgs, path: Option<&Path>, out: &mut dyn std::io::Write) -
         path.display()
     );
     Ok(())
+}
+
+/// Writes a new config file, mode 0600, atomically; an existing file (or
+/// a link to one) is never touched.
+pub fn write_new(path: &Path, text: &str) -> Result<(), InitError> {
+    match crate::credentials::write_private(path, text.as_bytes(), crate::credentials::Replace::No) {
+        Ok(()) => Ok(()),
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => Err(InitError::Exists(path.to_path_buf())),
+        Err(source) => Err(InitError::Io { path: path.to_path_buf(), source }),
+    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,9 @@
 //! lathe's terminal commands other than the front end itself: `lathe
-//! sessions` (the store, from a shell) and `lathe init` (a config file from
-//! a preset). Each writes to the `Write` it is given (the binary passes
+//! sessions` (the store, from a shell), `lathe init` (a config file from
+//! a preset) and `lathe setup` (the same, asking which server, key and
+//! model). Each writes to the `Write` it is given (the binary passes
 //! stdout); none knows ACP.
 
 pub mod init;
 pub mod sessions;
+pub mod setup;
