@@ -6,6 +6,8 @@ use std::process::Command;
 fn lathe() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_lathe"));
     command.env_remove("LATHE_CONFIG").env_remove("OPENAI_API_KEY").env_remove("OPENAI_BASE_URL");
+    // What runs on this machine's model-server ports is not the test's business.
+    command.env("LATHE_DISCOVER", "off");
     command
 }
 
@@ -107,6 +109,7 @@ fn a_terminal_gets_a_greeting_and_is_served() {
         .env_remove("LATHE_CONFIG")
         .env_remove("OPENAI_API_KEY")
         .env_remove("OPENAI_BASE_URL")
+        .env("LATHE_DISCOVER", "off")
         .env("HOME", dir.path())
         .env("XDG_CONFIG_HOME", dir.path())
         .env("NO_COLOR", "1")

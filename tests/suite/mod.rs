@@ -71,6 +71,7 @@
 // `allow-unwrap-in-tests` only covers the test functions themselves.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod auth;
 mod bench_smoke;
 mod cancel;
 mod checkpoints;
@@ -78,6 +79,7 @@ mod children;
 mod cli;
 mod cli_sessions;
 mod concurrency;
+mod discovery;
 mod doctor;
 mod edit_match;
 mod fetch;
@@ -93,6 +95,7 @@ mod providers;
 mod retries;
 mod sandbox;
 mod sessions;
+mod setup;
 mod sse_split;
 mod term_chat;
 mod term_exec;

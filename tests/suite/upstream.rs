@@ -220,19 +220,6 @@ async fn an_error_inside_the_stream_ends_the_prompt() {
     still_usable(&mut h, &session).await;
 }
 
-#[tokio::test]
-async fn no_model_configured_explains_how_to_configure() {
-    let home = tempfile::tempdir().unwrap();
-    let project = home.path().canonicalize().unwrap();
-    let mut agent = crate::support::acp_client::Agent::in_process(&[], &[], home.path());
-    let session = crate::support::acp_client::handshake(&mut agent, json!({}), &project).await;
-    let id = prompt(&mut agent, &session, "hi").await;
-    let (_, response) = agent.response(id).await;
-    let message = response["error"]["message"].as_str().unwrap().to_lowercase();
-    assert!(message.contains("no model is configured") && message.contains("config.toml"), "{response}");
-    assert_eq!(response["error"]["data"]["kind"], "config");
-}
-
 /// The API key goes in the Authorization header and nowhere else.
 #[tokio::test]
 async fn the_api_key_is_sent_and_never_logged() {

@@ -146,7 +146,7 @@ impl Agent {
     pub fn in_process(args: &[&str], envs: &[(&str, &str)], home: &Path) -> Agent {
         let args = Arguments::parse(args);
         let vars = environment(home, envs);
-        let env = |name: &str| -> Option<String> {
+        let env = move |name: &str| -> Option<String> {
             if let Some((_, value)) = vars.iter().rev().find(|(var, _)| var == name) {
                 return Some(value.clone());
             }
@@ -155,6 +155,10 @@ impl Agent {
         refuse_a_proxy_for_loopback();
         let mut config = lathe::config::Config::load(args.config.as_deref(), &env)
             .unwrap_or_else(|err| panic!("the in-process agent's config: {err}"));
+        // `authenticate` loads it again the same way (see lathe::discover::load_config).
+        let env = std::sync::Arc::new(env);
+        config.origin = Some(lathe::config::ConfigOrigin { cli_path: args.config.clone(), env: env.clone() });
+        let env = |name: &str| env(name);
         config.data_dir = lathe::store::default_data_dir(args.data_dir.as_deref(), &env);
         as_the_binary_would(&mut config);
         let capture = Capture::start(env("RUST_LOG").as_deref().unwrap_or(logs::DEFAULT_FILTER));

@@ -23,8 +23,10 @@ pub fn scrubbed(name: &str) -> bool {
 /// The variables an agent gets on top of the (scrubbed) inherited
 /// environment, later entries winning: `HOME` and `XDG_CONFIG_HOME` in
 /// `home` (so no user config leaks in), sessions saved under `home`,
-/// loopback exempt from any proxy (`NO_PROXY`), then `envs`. The one
-/// description of an agent's environment, for the binary and in-process.
+/// loopback exempt from any proxy (`NO_PROXY`), no looking for model
+/// servers running on the machine (`LATHE_DISCOVER=off`: a test that wants
+/// it names its mock servers' ports), then `envs`. The one description of
+/// an agent's environment, for the binary and in-process.
 pub fn environment(home: &Path, envs: &[(&str, &str)]) -> Vec<(String, String)> {
     let path = |path: PathBuf| path.to_string_lossy().into_owned();
     let mut vars = vec![
@@ -35,6 +37,8 @@ pub fn environment(home: &Path, envs: &[(&str, &str)]) -> Vec<(String, String)> 
         // The mock model server is on loopback; never route it via a proxy.
         ("NO_PROXY".to_owned(), LOOPBACK.to_owned()),
         ("no_proxy".to_owned(), LOOPBACK.to_owned()),
+        // Whatever runs on this machine's usual model-server ports is not the test's.
+        ("LATHE_DISCOVER".to_owned(), "off".to_owned()),
     ];
     vars.extend(envs.iter().map(|(name, value)| ((*name).to_owned(), (*value).to_owned())));
     vars
