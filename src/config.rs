@@ -577,6 +577,10 @@ pub enum ConfigError {
     /// lathe's credentials file (keys `lathe setup` stored) cannot be read.
     #[error("{0}")]
     Credentials(#[from] crate::credentials::CredentialsError),
+    /// Reading stopped before it finished (the thread that read the files
+    /// panicked, or the runtime was shutting down).
+    #[error("reading the config did not finish: {0}")]
+    Unfinished(String),
 }
 
 /// The raw file, every field optional, unknown keys rejected.

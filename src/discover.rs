@@ -247,7 +247,7 @@ pub async fn discover(plan: &Plan) -> Discovery {
 /// What was found is kept in [`Config::local_servers`] either way.
 pub async fn load_config(origin: &ConfigOrigin) -> Result<Config, ConfigError> {
     let env = &*origin.env;
-    let mut config = Config::load(origin.cli_path.as_deref(), env)?;
+    let mut config = load_files(origin).await?;
     if config.source == ConfigSource::Unconfigured {
         let plan = Plan::from_env(env).unwrap_or_else(|why| {
             tracing::warn!("{why}; not looking for local model servers");
@@ -264,6 +264,15 @@ pub async fn load_config(origin: &ConfigOrigin) -> Result<Config, ConfigError> {
     }
     config.origin = Some(origin.clone());
     Ok(config)
+}
+
+/// [`Config::load`] off the async threads: it reads files (the config,
+/// lathe's credentials), and `authenticate` reloads while sessions run.
+async fn load_files(origin: &ConfigOrigin) -> Result<Config, ConfigError> {
+    let origin = origin.clone();
+    tokio::task::spawn_blocking(move || Config::load(origin.cli_path.as_deref(), &*origin.env))
+        .await
+        .map_err(|err| ConfigError::Unfinished(err.to_string()))?
 }
 
 /// The client and the per-request limit.

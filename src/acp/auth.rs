@@ -38,7 +38,7 @@ use agent_client_protocol_schema::v1::{
 use serde_json::{Value, json};
 
 use super::{INTERNAL_ERROR, INVALID_PARAMS, RequestId, RpcError, Server, lock, parse_params};
-use crate::config::{Config, ConfigError, ConfigSource};
+use crate::config::{Config, ConfigError, ConfigOrigin, ConfigSource};
 
 /// The method that checks (and re-reads) the config.
 pub(super) const CONFIG_METHOD: &str = "lathe-config";
@@ -240,16 +240,7 @@ async fn reload(current: &Config) -> Result<Config, ConfigError> {
         return crate::discover::load_config(origin).await;
     }
     match &current.source {
-        ConfigSource::File(path) => {
-            let path = path.clone();
-            tokio::task::spawn_blocking(move || Config::load(Some(&path), &|name: &str| std::env::var(name).ok()))
-                .await
-                .map_err(|err| ConfigError::Invalid {
-                    path: "config".to_owned(),
-                    key: String::new(),
-                    message: err.to_string(),
-                })?
-        }
+        ConfigSource::File(path) => crate::discover::load_config(&ConfigOrigin::process(Some(path.clone()))).await,
         ConfigSource::Environment | ConfigSource::Discovered { .. } | ConfigSource::Unconfigured => Ok(current.clone()),
     }
 }
