@@ -2,7 +2,8 @@
 //! Terminal Auth runs it: against the mock model server it writes a config
 //! (mode 0600) that `lathe doctor` passes, the pasted key never echoed and
 //! stored by lathe (0600), never in the config; with model servers
-//! running, they are offered first. Every run has an empty home.
+//! running, they are offered first; with no terminal it refuses. `lathe
+//! logout` forgets the keys it stored. Every run has an empty home.
 
 use std::path::Path;
 use std::time::Duration;
@@ -168,4 +169,52 @@ async fn setup_offers_the_servers_running_here_first() {
     );
     let keyed = text.lines().any(|line| line.starts_with("api_key"));
     assert!(!keyed, "no key for a local server:\n{text}\n{screen}");
+}
+
+/// `lathe <args>` with stdin not a terminal, in the test environment.
+fn run_plain(home: &Path, args: &[&str]) -> std::process::Output {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_lathe"));
+    command.args(args).current_dir(home).stdin(std::process::Stdio::null());
+    for (name, _) in std::env::vars_os() {
+        if crate::support::agent_env::scrubbed(&name.to_string_lossy()) {
+            command.env_remove(&name);
+        }
+    }
+    command.envs(crate::support::agent_env::environment(home, &[]));
+    command.output().expect("run lathe")
+}
+
+/// `lathe setup` asks questions: with no terminal it says what to use
+/// instead (exit 2) and writes nothing.
+#[test]
+fn setup_without_a_terminal_refuses_and_writes_nothing() {
+    let home = tempfile::tempdir().unwrap();
+    let output = run_plain(home.path(), &["setup"]);
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("runs on a terminal") && stderr.contains("lathe init"), "{stderr}");
+    assert!(output.stdout.is_empty(), "{output:?}");
+    assert!(!home.path().join(".config/lathe").exists(), "nothing written");
+}
+
+/// `lathe logout` on the command line deletes the keys `lathe setup`
+/// stored and nothing else; with none stored it says so and succeeds.
+#[test]
+fn logout_on_the_command_line_forgets_the_stored_keys_only() {
+    let home = tempfile::tempdir().unwrap();
+    let user_dir = home.path().join(".config/lathe");
+    lathe::credentials::store(&user_dir, "mock", &lathe::config::ApiKey::new(KEY)).unwrap();
+    let config = "[models.mock]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\napi_key_stored = true\n";
+    std::fs::write(user_dir.join("config.toml"), config).unwrap();
+
+    let output = run_plain(home.path(), &["logout"]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{output:?}");
+    assert!(stdout.contains("forgot the keys") && !stdout.contains(KEY), "{stdout}");
+    assert!(!lathe::credentials::path(&user_dir).exists(), "the stored key is gone");
+    assert_eq!(std::fs::read_to_string(user_dir.join("config.toml")).unwrap(), config, "the config stays");
+
+    let again = run_plain(home.path(), &["logout"]);
+    assert!(again.status.success(), "{again:?}");
+    assert!(String::from_utf8_lossy(&again.stdout).contains("no stored key"), "{again:?}");
 }
