@@ -256,7 +256,8 @@ pub async fn load_config(origin: &ConfigOrigin) -> Result<Config, ConfigError> {
         if let Some(plan) = plan {
             let found = discover(&plan).await;
             if let Some((server, model)) = found.choice() {
-                tracing::info!(server = server.kind.name(), url = %server.base_url, model = %model.id, "no config: using the model server found running here");
+                // `?`: the name is the server's, quoted and escaped in the log.
+                tracing::info!(server = server.kind.name(), url = %server.base_url, model = ?model.id, "no config: using the model server found running here");
                 config = Config::discovered(server.kind.name(), server.kind.preset(), &server.base_url, &model.id, env);
             }
             config.local_servers = found.servers.iter().map(LocalServer::describe).collect();

@@ -128,7 +128,9 @@ impl Report {
         }
         let width = self.checks.iter().map(|c| label(c).chars().count()).max().unwrap_or(0);
         for check in &self.checks {
-            writeln!(out, "{} {:width$}  {}", check.status.label(), label(check), check.detail)?;
+            // Details quote servers (errors, model names): escaped, one line each.
+            let detail = crate::present::text::shown(&check.detail, crate::present::text::Lines::One);
+            writeln!(out, "{} {:width$}  {detail}", check.status.label(), label(check))?;
         }
         let failed = self.checks.iter().filter(|c| c.status == Status::Fail).count();
         match failed {
@@ -139,10 +141,11 @@ impl Report {
 }
 
 fn label(check: &Check) -> String {
-    match &check.subject {
+    let label = match &check.subject {
         Some(subject) => format!("{subject}: {}", check.check),
         None => check.check.clone(),
-    }
+    };
+    crate::present::text::shown(&label, crate::present::text::Lines::One).into_owned()
 }
 
 /// Runs every check. `loaded` is the config as the binary loaded it,
@@ -564,5 +567,19 @@ mod tests {
         assert_eq!(value["ok"], false);
         assert_eq!(value["checks"][0]["status"], "fail");
         assert_eq!(value["checks"][1]["subject"], "model m");
+    }
+
+    /// Details quote servers (a model name a local server gave, an error
+    /// body): an escape sequence or a line break is shown, never sent.
+    #[test]
+    fn what_servers_said_is_shown_escaped_on_one_line() {
+        let mut report = Report::default();
+        report.add("config", Some("model \u{1b}]0;x"), Status::Ok, "model qwen\u{1b}[2J\nok   forged line");
+        let mut text = Vec::new();
+        report.write(&mut text, false).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(!text.contains('\u{1b}'), "{text:?}");
+        assert!(text.contains("model \\u{1b}]0;x: config") && text.contains("qwen\\u{1b}[2J\\nok   forged"), "{text}");
+        assert_eq!(text.lines().count(), 2, "the check and the summary: {text}");
     }
 }

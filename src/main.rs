@@ -377,19 +377,21 @@ fn greet(config: &Config) {
         Some(dir) => eprintln!("data:   sessions are saved under {}", dir.join("sessions").display()),
         None => eprintln!("data:   no data directory (set --data-dir or LATHE_DATA_DIR); sessions are not saved"),
     }
+    // Model names come from a server found running here: shown escaped.
+    let shown = |text: &str| lathe::present::text::shown(text, lathe::present::text::Lines::One).into_owned();
     match (&config.source, config.default_model()) {
         (ConfigSource::Unconfigured, _) | (_, None) => {
             eprintln!("model:  none configured; run `lathe setup` (or set OPENAI_API_KEY and OPENAI_MODEL)");
             for server in &config.local_servers {
-                eprintln!("        found running here: {server}");
+                eprintln!("        found running here: {}", shown(server));
             }
         }
         (ConfigSource::Discovered { server, .. }, Some(model)) => {
-            eprintln!("model:  {} at {}, found running here: {server}", model.model, model.base_url);
+            eprintln!("model:  {} at {}, found running here: {server}", shown(&model.model), model.base_url);
             eprintln!("        (no config file; `lathe setup` writes one)");
         }
         (ConfigSource::File(_) | ConfigSource::Environment, Some(model)) => {
-            eprintln!("model:  {} ({}) at {}", model.key, model.model, model.base_url)
+            eprintln!("model:  {} ({}) at {}", shown(&model.key), shown(&model.model), model.base_url)
         }
     }
     eprintln!("check:  `lathe doctor` checks the config, the model endpoint and the data directory");

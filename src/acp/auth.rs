@@ -201,7 +201,9 @@ impl Server {
     pub(super) fn tell_discovered(&self, session_id: &str) {
         let config = self.config();
         let ConfigSource::Discovered { server, base_url } = &config.source else { return };
+        // The name is the found server's: shown escaped, as every title is.
         let model = config.default_model().map_or("", |model| model.model.as_str());
+        let model = crate::present::text::shown(model, crate::present::text::Lines::One);
         self.warnings.inform(
             session_id,
             &format!("Using {server} on this machine"),

@@ -527,14 +527,21 @@ impl<W: Write> TerminalPrompter<W> {
     }
 }
 
+/// What is written to the terminal: model names and errors come from the
+/// server being set up, so control characters and escape sequences are
+/// shown escaped, never sent to the terminal.
+fn shown(text: &str) -> std::borrow::Cow<'_, str> {
+    crate::present::text::shown(text, crate::present::text::Lines::Many)
+}
+
 impl<W: Write> Prompter for TerminalPrompter<W> {
     fn say(&mut self, text: &str) {
-        let _ = writeln!(self.out, "{text}");
+        let _ = writeln!(self.out, "{}", shown(text));
         let _ = self.out.flush();
     }
 
     fn ask(&mut self, question: &str) -> Option<String> {
-        let _ = write!(self.out, "{question}");
+        let _ = write!(self.out, "{}", shown(question));
         let _ = self.out.flush();
         let mut line = String::new();
         match std::io::stdin().lock().read_line(&mut line) {
@@ -548,7 +555,7 @@ impl<W: Write> Prompter for TerminalPrompter<W> {
         if crossterm::terminal::enable_raw_mode().is_err() {
             return None;
         }
-        let _ = write!(self.out, "{question}");
+        let _ = write!(self.out, "{}", shown(question));
         let _ = self.out.flush();
         let secret = read_secret();
         let _ = crossterm::terminal::disable_raw_mode();

@@ -256,11 +256,15 @@ fn doctor_command(home: &Path, envs: &[(&str, &str)]) -> std::process::Command {
 }
 
 /// Started by hand on a terminal with no config and one server running,
-/// the greeting names it.
+/// the greeting names it, and the model's name (the server's bytes) is
+/// shown escaped.
 #[cfg(target_os = "linux")]
 #[tokio::test]
 async fn the_greeting_names_the_found_server() {
     let ollama = ollama().await;
+    let hostile = "qwen3\u{1b}[8m:8b";
+    ollama.route("GET", "/api/tags", Reply::Json(json!({"models": [{"name": hostile, "model": hostile}]})));
+    ollama.route("GET", "/api/ps", Reply::Json(json!({"models": [{"name": hostile, "model": hostile}]})));
     let home = tempfile::tempdir().unwrap();
     let mut command = tokio::process::Command::new("script");
     command.args(["-qec", env!("CARGO_BIN_EXE_lathe"), "/dev/null"]).current_dir(home.path());
@@ -284,5 +288,7 @@ async fn the_greeting_names_the_found_server() {
     }
     let output = tokio::time::timeout(Duration::from_secs(30), script.wait_with_output()).await.unwrap().unwrap();
     let screen = String::from_utf8_lossy(&output.stdout);
-    assert!(screen.contains(&format!("qwen3:8b at {}, found running here: Ollama", ollama.base_url())), "{screen}");
+    let greeting = format!("qwen3\\u{{1b}}[8m:8b at {}, found running here: Ollama", ollama.base_url());
+    assert!(screen.contains(&greeting), "{screen}");
+    assert!(!screen.contains(hostile), "the name reached the terminal raw (greeting or log): {screen:?}");
 }

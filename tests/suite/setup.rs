@@ -218,3 +218,35 @@ fn logout_on_the_command_line_forgets_the_stored_keys_only() {
     assert!(again.status.success(), "{again:?}");
     assert!(String::from_utf8_lossy(&again.stdout).contains("no stored key"), "{again:?}");
 }
+
+/// The server's model list is shown escaped: a name holding an escape
+/// sequence (clear the screen, retitle the window) reaches the terminal
+/// as text. Ctrl-D at the model question stops with nothing written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_names_from_the_server_are_shown_escaped() {
+    let mock = MockOpenAi::start().await;
+    let hostile = "evil\u{1b}[2J\u{1b}]0;pwned\u{7}-model";
+    mock.route("GET", "/v1/models", Reply::Json(json!({"object": "list", "data": [{"id": hostile}]})));
+    let home = tempfile::tempdir().unwrap();
+    let (base_url, home_path) = (mock.base_url(), home.path().to_path_buf());
+    let models = tokio::task::spawn_blocking(move || {
+        let mut screen = String::new();
+        let mut pty = spawn(&home_path, &["setup"], &[]);
+        let menu = expect(&mut pty, &mut screen, "Choose 1-");
+        pty.send_line(number_of(&menu, "another OpenAI-compatible server")).unwrap();
+        expect(&mut pty, &mut screen, "base URL");
+        pty.send_line(&base_url).unwrap();
+        expect(&mut pty, &mut screen, "API key: paste it");
+        pty.send_line("").unwrap();
+        let models = expect(&mut pty, &mut screen, "Model (number or name)");
+        pty.send("\u{4}").unwrap();
+        let status = pty.get_process().wait().unwrap();
+        assert!(matches!(status, WaitStatus::Exited(_, 1)), "{status:?}\n{screen}");
+        models
+    })
+    .await
+    .unwrap();
+    assert!(!models.contains('\u{1b}') && !models.contains('\u{7}'), "raw escapes reached the terminal: {models:?}");
+    assert!(models.contains("1. evil\\u{1b}[2J\\u{1b}]0;pwned\\u{7}-model"), "{models}");
+    assert!(!home.path().join(".config/lathe/config.toml").exists(), "nothing written");
+}
