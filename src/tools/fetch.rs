@@ -31,7 +31,7 @@ use reqwest::header::{ACCEPT, CONTENT_TYPE, LOCATION};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Access, Description, DisplayContent, ToolContext, ToolLimits, ToolOutcome};
+use super::{Access, Description, DisplayContent, ToolContext, ToolLimits, ToolOutcome, html};
 use crate::cancel::OrCancel as _;
 use crate::errors::chain;
 use crate::sync::lock;
@@ -466,6 +466,8 @@ struct Page {
     cut_short: bool,
     title: Option<String>,
     text: String,
+    /// What the conversion left out, said after the text.
+    notes: Vec<String>,
 }
 
 impl Page {
@@ -508,6 +510,9 @@ impl Page {
         }
         if cut || self.cut_short {
             for_model.push(']');
+        }
+        for note in &self.notes {
+            let _ = write!(for_model, "\n\n{note}");
         }
         let size =
             if self.cut_short { format!("first {} bytes read", self.read) } else { format!("{} bytes", self.read) };
@@ -658,11 +663,26 @@ async fn fetch_page(first: Url, trust: &HostTrust, limits: &ToolLimits, max_byte
     body.truncate(wanted);
     let read = body.len();
     let text = decode(&body, &content_type);
-    let (title, text) = match kind {
-        Kind::Html => tokio::task::spawn_blocking(move || html_to_markdown(&text))
-            .await
-            .map_err(|err| Failure::new(format!("converting the page failed: {err}")))?,
-        Kind::Text | Kind::Binary => (None, text),
+    let (title, text, notes) = match kind {
+        Kind::Html => {
+            let converted = convert_html(text).await?;
+            let mut notes = Vec::new();
+            if converted.flattened {
+                notes.push(format!(
+                    "[The page nests elements more than {} deep; lathe flattened what was deeper.]",
+                    html::MAX_DEPTH
+                ));
+            }
+            if converted.cut {
+                notes.push(
+                    "[The page made the HTML parser build more elements than a page of its size holds; \
+                     lathe left out the rest of the page.]"
+                        .to_owned(),
+                );
+            }
+            (converted.title, converted.text, notes)
+        }
+        Kind::Text | Kind::Binary => (None, text, Vec::new()),
     };
     if !status.is_success() {
         let (excerpt, _) = cap(text.trim(), ERROR_PAGE_BYTES);
@@ -679,7 +699,7 @@ async fn fetch_page(first: Url, trust: &HostTrust, limits: &ToolLimits, max_byte
         });
     }
     let content_type = if content_type.is_empty() { "unknown".to_owned() } else { content_type };
-    Ok(Page { final_url: url, redirects, status, content_type, kind, read, cut_short: more, title, text })
+    Ok(Page { final_url: url, redirects, status, content_type, kind, read, cut_short: more, title, text, notes })
 }
 
 fn binary(url: &Url, content_type: &str, length: Option<u64>) -> Failure {
@@ -747,56 +767,34 @@ fn decode(body: &[u8], content_type: &str) -> String {
     text.into_owned()
 }
 
-/// Tags whose content is never page text.
-const DROPPED_TAGS: [&str; 16] = [
-    "script", "style", "noscript", "template", "nav", "svg", "canvas", "iframe", "object", "embed", "form", "button",
-    "select", "textarea", "input", "dialog",
-];
-
-/// The page's title and its text as Markdown: the `<main>` element (or the
-/// element with `role="main"`) when the page has one with text in it, else
-/// the whole page; navigation, scripts, styles and forms are dropped.
-fn html_to_markdown(html: &str) -> (Option<String>, String) {
-    let main: Arc<Mutex<Option<String>>> = Arc::default();
-    let title: Arc<Mutex<Option<String>>> = Arc::default();
-    let main_slot = Arc::clone(&main);
-    let title_slot = Arc::clone(&title);
-    let is_main = |element: &htmd::Element| {
-        element.tag == "main"
-            || element
-                .attrs
-                .iter()
-                .any(|attr| &*attr.name.local == "role" && attr.value.trim().eq_ignore_ascii_case("main"))
-    };
-    let converter = htmd::HtmlToMarkdown::builder()
-        .skip_tags(DROPPED_TAGS.to_vec())
-        .add_handler(vec!["title"], move |handlers: &dyn htmd::element_handler::Handlers, element: htmd::Element| {
-            let text = handlers.walk_children(element.node).content;
-            let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
-            let mut slot = lock(&title_slot);
-            if slot.is_none() && !text.is_empty() {
-                *slot = Some(text);
-            }
-            None
-        })
-        .add_handler(
-            vec!["main", "div", "section", "article"],
-            move |handlers: &dyn htmd::element_handler::Handlers, element: htmd::Element| {
-                let main = is_main(&element);
-                let converted = handlers.fallback(element)?;
-                if main && !converted.content.trim().is_empty() {
-                    // The outermost main finishes last and wins.
-                    *lock(&main_slot) = Some(converted.content.clone());
-                }
-                Some(converted)
-            },
-        )
-        .build();
-    let whole = converter.convert(html).unwrap_or_default();
-    let main = lock(&main).take();
-    let title = lock(&title).take();
-    let text = main.map_or(whole, |main| main.trim_matches('\n').to_owned());
-    (title, text)
+/// Converts an HTML page to Markdown on a thread of its own (see
+/// [`html`]): at most [`html::CPU_LIMIT`] of CPU time, stopped as soon as
+/// this future is dropped (the call was cancelled, or the fetch's own time
+/// limit passed).
+async fn convert_html(text: String) -> Result<html::Converted, Failure> {
+    /// Stops the conversion when the fetch stops waiting for it.
+    struct StopOnDrop(Arc<html::Budget>);
+    impl Drop for StopOnDrop {
+        fn drop(&mut self) {
+            self.0.stop();
+        }
+    }
+    let budget = Arc::new(html::Budget::new(html::CPU_LIMIT));
+    let stop = StopOnDrop(Arc::clone(&budget));
+    let (done, converted) = tokio::sync::oneshot::channel();
+    html::spawn(text, budget, move |result| {
+        let _ = done.send(result);
+    })
+    .map_err(|err| Failure::new(format!("lathe could not start converting the page: {err}")))?;
+    let converted = converted.await;
+    drop(stop);
+    match converted {
+        Ok(Ok(converted)) => Ok(converted),
+        Ok(Err(stopped)) => Err(Failure::new(format!(
+            "{stopped}; gave up. The page may be built to be slow to read; try another URL, or ask the user."
+        ))),
+        Err(_) => Err(Failure::new("converting the page's HTML failed inside lathe; try another URL.")),
+    }
 }
 
 /// At most `max` characters of `text`, marked when cut.
@@ -956,35 +954,6 @@ mod tests {
         assert_eq!(decode(b"caf\xe9", "text/plain; charset=ISO-8859-1"), "café");
         assert_eq!(decode("café".as_bytes(), "text/plain"), "café");
         assert_eq!(decode(b"\xef\xbb\xbfhi", "text/plain; charset=latin1"), "hi", "a BOM wins");
-    }
-
-    #[test]
-    fn html_keeps_headings_code_and_links_and_prefers_main() {
-        let html = r#"<!doctype html><html><head><title> The
-            Guide </title><style>body { color: red }</style><script>alert(1)</script></head>
-            <body><nav><a href="/">Home</a> <a href="/docs">Docs</a></nav>
-            <main><h1>Install</h1><p>See <a href="https://example.com/docs?a=1&amp;b=2">the docs</a>.</p>
-            <pre><code class="language-rust">fn main() {
-    greet("hi");
-}
-</code></pre></main><footer>Copyright</footer></body></html>"#;
-        let (title, text) = html_to_markdown(html);
-        assert_eq!(title.as_deref(), Some("The Guide"));
-        assert!(text.starts_with("# Install"), "{text}");
-        assert!(text.contains("[the docs](https://example.com/docs?a=1&b=2)"), "{text}");
-        assert!(text.contains("```rust\nfn main() {\n    greet(\"hi\");\n}\n```"), "{text}");
-        for dropped in ["Home", "Docs", "Copyright", "alert", "color"] {
-            assert!(!text.contains(dropped), "{dropped} dropped: {text}");
-        }
-        // Without a main element, the whole body (navigation still dropped).
-        let (_, text) =
-            html_to_markdown("<body><nav>Menu</nav><div role=\"none\"><h2>Notes</h2><p>one</p></div><p>two</p></body>");
-        assert!(text.contains("## Notes") && text.contains("two") && !text.contains("Menu"), "{text}");
-        // role="main" counts; an empty main (filled by scripts) does not.
-        let (_, text) = html_to_markdown("<body><p>chrome</p><div role=\"main\"><p>body text</p></div></body>");
-        assert_eq!(text, "body text");
-        let (_, text) = html_to_markdown("<body><p>fallback</p><main> </main></body>");
-        assert!(text.contains("fallback"), "{text}");
     }
 
     #[test]

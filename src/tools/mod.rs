@@ -25,6 +25,7 @@
 pub mod edit_match;
 pub mod fetch;
 pub mod fs;
+pub mod html;
 pub mod lenient;
 pub mod local;
 pub mod paths;

@@ -378,3 +378,91 @@ async fn the_cap_fits_what_the_history_keeps() {
     assert!(result.contains("line 1\nline 2\n"), "{result}");
     assert!(result.contains("[Cut: showing the first 30"), "{result}");
 }
+
+/// A page of `depth` nested `<div>`s with a sentence at the bottom.
+fn nested_page(depth: usize) -> String {
+    format!("<html><body>{}<p>the bottom at {depth}</p>{}</body></html>", "<div>".repeat(depth), "</div>".repeat(depth))
+}
+
+/// A page built to kill the converter (issue 29): 2,000 nested `<div>`s
+/// overflowed the stack of the HTML-to-Markdown walk and aborted lathe,
+/// and 60,000 kept the tree builder busy for minutes. Through the binary:
+/// both come back as Markdown, the sentence at the bottom kept, with a note
+/// saying what was flattened, and lathe lives on.
+#[tokio::test]
+async fn deeply_nested_pages_are_flattened_not_fatal() {
+    let mut h = Harness::process("", &[]).await;
+    let web = WebServer::start().await;
+    let session = h.session().await;
+    web.route("/2000", Route::ok("text/html", nested_page(2000)));
+    web.route("/60000", Route::ok("text/html", nested_page(60_000)));
+    script_fetches(&h, &[&web.url("/2000"), &web.url("/60000")]);
+    let (before, response, _) = run(&mut h, &session, &[Permission::Select("allow_always")]).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    for (n, depth) in [(0, 2000), (1, 60_000)] {
+        let result = told(&h, n);
+        assert!(result.contains(&format!("the bottom at {depth}")), "{result}");
+        assert!(result.contains("[The page nests elements more than 128 deep; lathe flattened"), "{result}");
+        assert_eq!(final_status(&before, &format!("call_{n}")), "completed");
+    }
+}
+
+/// The CPU time lathe's process has used, from /proc (Linux), in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/<pid>/stat");
+    let fields: Vec<&str> = stat[stat.rfind(')').expect("the command name ends") + 2..].split(' ').collect();
+    // utime and stime, fields 14 and 15 of the line (11 and 12 after the name), in clock ticks.
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    ticks / 100.0
+}
+
+/// A page that is slow to convert whatever the bounds (one tag with a
+/// quarter of a million attributes: the tokenizer checks each new attribute
+/// against all the others) stops converting when the call is cancelled:
+/// the prompt answers `cancelled` at once and lathe's CPU use stops, where
+/// the conversion used to go on on a blocking thread nobody could stop.
+#[tokio::test]
+async fn cancelling_stops_a_slow_conversion() {
+    let mut h = Harness::process("", &[]).await;
+    let web = WebServer::start().await;
+    let session = h.session().await;
+    let mut flood = String::from("<html><body><p ");
+    let mut n = 0;
+    while flood.len() < 2_000_000 {
+        flood.push_str(&format!("a{n} "));
+        n += 1;
+    }
+    flood.push_str(">text</p></body></html>");
+    web.route("/flood", Route::ok("text/html", flood));
+    script_fetches(&h, &[&web.url("/flood")]);
+    let mut editor = FakeEditor::answering(&[Permission::Select("allow_once")]);
+    let id = prompt(&mut h.agent, &session, "read it").await;
+    loop {
+        let message = h.agent.next_message(WAIT).await.expect("the permission request");
+        if message["method"] == "session/request_permission" {
+            let crate::support::acp_client::Answer::Result(result) = editor.answer(&message) else { unreachable!() };
+            h.agent.reply(&message["id"], result).await;
+            break;
+        }
+    }
+    web.wait_for(WAIT, |sent| sent.iter().any(|s| s.path == "/flood" && s.closed)).await;
+    // Converting: lathe is busy.
+    let pid = h.agent.pid();
+    let start = cpu_seconds(pid);
+    let mut waited = Duration::ZERO;
+    while cpu_seconds(pid) - start < 0.3 {
+        assert!(waited < Duration::from_secs(20), "lathe never got busy converting");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        waited += Duration::from_millis(50);
+    }
+    h.agent.notify("session/cancel", json!({"sessionId": session})).await;
+    let (before, response) = h.agent.response(id).await;
+    assert_eq!(response["result"]["stopReason"], "cancelled", "{response}");
+    assert_eq!(final_status(&before, "call_0"), "failed");
+    // The conversion thread notices within milliseconds; give it half a second.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after_cancel = cpu_seconds(pid);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let idle = cpu_seconds(pid) - after_cancel;
+    assert!(idle < 0.2, "lathe used {idle:.2} s of CPU in the 2 s after the cancel");
+}
