@@ -232,6 +232,28 @@ mod tests {
         assert_eq!(expand(template, "in parser.rs"), "Fix the failing test.\nThen run it.\n\nin parser.rs");
     }
 
+    /// A command file is read line by line, never as a tree: a file at the
+    /// size cap of nested front matter, block quotes, lists or brackets
+    /// (issue 29) parses at once into a description and a template.
+    #[test]
+    fn deeply_nested_command_files_parse_without_recursion() {
+        let cap = usize::try_from(MAX_COMMAND_BYTES).unwrap();
+        let nested = [
+            format!("---\ndescription: {}\n---\nbody", "[{".repeat(cap / 4)),
+            format!("---\n{}\n---\nbody", "  - a:\n".repeat(cap / 16)),
+            ">".repeat(cap - 8),
+            "- ".repeat(cap / 2 - 4),
+            format!("{}x{}", "[".repeat(cap / 2 - 4), "]".repeat(cap / 2 - 4)),
+        ];
+        for text in nested {
+            assert!(text.len() <= cap);
+            let command = parse_command_file("deep", &text);
+            assert!(command.description.chars().count() <= 81 || command.description.starts_with("[{"));
+            let CommandKind::Custom { template } = &command.kind else { panic!() };
+            assert!(!template.is_empty());
+        }
+    }
+
     #[test]
     fn project_commands_hide_user_commands_but_not_builtins() {
         let project = tempfile::tempdir().unwrap();

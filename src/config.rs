@@ -1404,6 +1404,28 @@ mod tests {
         Config::from_toml_str(text, Path::new("/cfg/config.toml"), &no_env)
     }
 
+    /// A config nested 100,000 deep (arrays, inline tables, dotted keys,
+    /// table headers; issue 29) is an error naming the file, not a stack
+    /// overflow.
+    #[test]
+    fn a_deeply_nested_config_is_an_error() {
+        let deep = 100_000;
+        for text in [
+            format!("x = {}1{}", "[".repeat(deep), "]".repeat(deep)),
+            format!("x = {}1{}", "{a=".repeat(deep), "}".repeat(deep)),
+            format!("{} = 1", vec!["a"; deep].join(".")),
+            format!("[{}]", vec!["a"; deep].join(".")),
+            format!(
+                "[models.m]\nbase_url = \"http://h/v1\"\nmodel = \"m\"\nextra_body = {}1{}",
+                "{a=".repeat(deep),
+                "}".repeat(deep)
+            ),
+        ] {
+            let err = parse(&text).unwrap_err().to_string();
+            assert!(err.contains("/cfg/config.toml"), "{err}");
+        }
+    }
+
     /// `[sandbox] writable`: `~/` is the user's home, a relative path is
     /// refused, and so is `~` without a HOME; mode and network as written.
     #[test]

@@ -734,6 +734,19 @@ mod tests {
         assert_eq!(answer(classify_str(r#"{"jsonrpc":"2.0","id":"x"}"#)), (Value::from("x"), INVALID_REQUEST));
     }
 
+    /// A message nested 100,000 deep (issue 29) is a parse error answered
+    /// like any other, not a stack overflow: serde_json stops at 128 levels,
+    /// and nothing here walks JSON it did not parse.
+    #[test]
+    fn a_deeply_nested_message_is_a_parse_error() {
+        let deep = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"session/prompt","params":{}0{}}}"#,
+            "[".repeat(100_000),
+            "]".repeat(100_000)
+        );
+        assert_eq!(answer(classify_str(&deep)), (Value::Null, PARSE_ERROR));
+    }
+
     /// Issue 11, defect 17: the response's id is the request's, byte for
     /// byte, however large or fractional the number.
     #[tokio::test]

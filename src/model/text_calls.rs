@@ -217,6 +217,22 @@ mod tests {
         ["read_file", "grep"].contains(&name)
     }
 
+    /// An answer nested 100,000 deep in any of the formats (issue 29) stays
+    /// text: serde_json stops at 128 levels.
+    #[test]
+    fn deeply_nested_answers_stay_text() {
+        let deep = format!("{}1{}", "[".repeat(100_000), "]".repeat(100_000));
+        for text in [
+            format!("<tool_call>{{\"name\":\"grep\",\"arguments\":{{\"pattern\":{deep}}}}}</tool_call>"),
+            format!("{{\"name\":\"grep\",\"parameters\":{{\"pattern\":{deep}}}}}"),
+            format!("<|python_tag|>{deep}"),
+            format!("[TOOL_CALLS]{deep}"),
+            format!("[TOOL_CALLS]grep[ARGS]{deep}"),
+        ] {
+            assert_eq!(parse(&text, offered), None);
+        }
+    }
+
     fn call(name: &str, arguments: &str) -> TextCall {
         TextCall { id: None, name: name.into(), arguments: arguments.into() }
     }

@@ -982,6 +982,26 @@ mod tests {
         assert!(err.contains("path"), "{err}");
     }
 
+    /// Arguments nested 100,000 deep (issue 29) are refused as invalid
+    /// JSON, for every tool: serde_json stops at 128 levels, so nothing that
+    /// walks the parsed value can meet more.
+    #[test]
+    fn deeply_nested_arguments_are_refused_not_fatal() {
+        let deep = |open: &str, close: &str| format!("{}1{}", open.repeat(100_000), close.repeat(100_000));
+        for arguments in
+            [deep("[", "]"), deep("{\"a\":", "}"), format!("{{\"path\":\"x\",\"content\":{}}}", deep("[", "]"))]
+        {
+            for tool in Tool::ALL {
+                let err = prepare(tool.name(), &arguments, Path::new("/p")).unwrap_err();
+                assert!(err.contains("not valid JSON"), "{}: {err}", tool.name());
+            }
+        }
+        // Edits sent as a string of JSON are parsed again, with the same limit.
+        let nested = format!("{{\"path\":\"x\",\"edits\":\"{}\"}}", deep("[", "]"));
+        let err = prepare("edit_file", &nested, Path::new("/p")).unwrap_err();
+        assert!(err.contains("Invalid arguments") && err.contains("recursion limit"), "{err}");
+    }
+
     #[test]
     fn plans_accept_common_spellings() {
         let call = prepare(

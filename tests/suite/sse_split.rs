@@ -254,3 +254,17 @@ async fn a_byte_order_mark_from_the_server_does_not_lose_the_answer() {
     assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
     assert_eq!(agent_text(&before), "héllo");
 }
+
+/// A chunk nested 100,000 deep (issue 29) is one unreadable event, skipped
+/// like any other, not a crashed stream: serde_json stops at 128 levels.
+#[test]
+fn a_deeply_nested_chunk_is_skipped_not_fatal() {
+    let deep = format!("{}1{}", "[".repeat(100_000), "]".repeat(100_000));
+    let body = format!(
+        "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":{deep}}}}}]}}\n\n\
+         data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"after\"}}}}]}}\n\ndata: [DONE]\n\n"
+    );
+    let outcome = runtime().block_on(SseHarness::new().decode(vec![Bytes::from(body)]));
+    assert_eq!(outcome.skipped, 1);
+    assert_eq!(outcome.events, vec![ModelEvent::Text("after".to_owned())]);
+}
