@@ -26,13 +26,13 @@ use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
 use crate::cancel::{Cancelled, OrCancel as _};
-use crate::config::{AgentSettings, ContextSettings};
+use crate::config::{AgentSettings, ContextSettings, TextToolCalls};
 use crate::model::retry::{self, Decision, Exhausted, Retrier};
 use crate::model::{
     FinishReason, Message, ModelClient, ModelError, ModelEvent, ModelOutput, OversizedCall, ResponseStream,
     StreamDecoder, ToolCallRequest, ToolDefinition, UserPart,
 };
-use crate::permission::{Answer, Approver, PermissionQuestion, Policy, Verdict};
+use crate::permission::{Answer, Approver, Mode, PermissionQuestion, Policy, Verdict};
 use crate::prompt::SystemPrompt;
 use crate::session::{Conversation, UsageMark};
 use crate::sync::lock;
@@ -300,6 +300,7 @@ impl Turn<'_> {
             let refused = output.refused || output.finish_reason == FinishReason::ContentFilter;
             let finish_reason = output.finish_reason.clone();
             let tool_calls = output.tool_calls.clone();
+            let from_text = output.text_tool_calls.is_some();
             if let Some(format) = output.text_tool_calls {
                 let names: Vec<&str> = tool_calls.iter().map(|call| call.name.as_str()).collect();
                 tracing::debug!(format = format.name(), calls = ?names, "recovered tool calls the model wrote as text");
@@ -334,7 +335,7 @@ impl Turn<'_> {
             if tool_calls.is_empty() {
                 return Ok(StopReason::EndTurn);
             }
-            if self.run_tools(conversation, &tool_calls, &oversized).await == Flow::Cancelled {
+            if self.run_tools(conversation, &tool_calls, &oversized, from_text).await == Flow::Cancelled {
                 return Ok(StopReason::Cancelled);
             }
         }
@@ -348,6 +349,7 @@ impl Turn<'_> {
         conversation: &mut Conversation,
         calls: &[ToolCallRequest],
         oversized: &[OversizedCall],
+        from_text: bool,
     ) -> Flow {
         for (index, call) in calls.iter().enumerate() {
             let too_big = oversized.iter().find(|o| o.index == index);
@@ -357,7 +359,7 @@ impl Turn<'_> {
             } else if let Some(too_big) = too_big {
                 (self.too_big(call, too_big.bytes), Flow::Continue)
             } else {
-                self.run_tool(call).await
+                self.run_tool(call, from_text).await
             };
             conversation.push(self.tool_result(call, result));
             if flow == Flow::Cancelled {
@@ -441,18 +443,30 @@ impl Turn<'_> {
     }
 
     /// The permission step: the policy's verdict on what the call touches,
-    /// and the user's answer when the policy asks. `Err` carries the result
-    /// for the model (and the flow) of a call that will not run; the call is
-    /// already reported finished then.
+    /// and the user's answer when the policy asks. Before asking, a built-in
+    /// call's refusals that do not depend on the answer are decided
+    /// ([`tools::precheck`]): such a call is refused and nothing is asked. A
+    /// call read from the model's text (`from_text`) asks in every mode but
+    /// `full-auto`, whatever was allowed before, and says where it came
+    /// from. `Err` carries the result for the model (and the flow) of a call
+    /// that will not run; the call is already reported finished then.
     async fn permit(
         &self,
-        call: &ToolCallRequest,
-        kind: ToolKind,
-        description: &Description,
-        raw_input: Option<serde_json::Value>,
+        asked: Asked<'_>,
+        runnable: &Runnable<'_>,
+        context: &ToolContext<'_>,
     ) -> Result<Permit, (String, Flow)> {
+        let Asked { call, kind, description, raw_input, from_text } = asked;
         let workspace = &self.workspace;
-        let verdict = lock(workspace.policy).judge(&description.access, workspace.roots);
+        let (verdict, mode) = {
+            let policy = lock(workspace.policy);
+            (policy.judge(&description.access, workspace.roots), policy.mode())
+        };
+        // A call read from text may be the model quoting a file or a page.
+        let verdict = match verdict {
+            Verdict::Allow if from_text && mode != Mode::FullAuto => Verdict::Ask,
+            other => other,
+        };
         match verdict {
             Verdict::Allow => Ok(Permit { approved: false, answered: None }),
             Verdict::Deny(reason) => {
@@ -460,13 +474,31 @@ impl Turn<'_> {
                 Err((reason, Flow::Continue))
             }
             Verdict::Ask => {
-                let choices = lock(workspace.policy).options(&description.access, workspace.roots);
+                if let Runnable::Builtin(prepared) = runnable
+                    && let Some(refusal) = tools::precheck(prepared, context).await
+                {
+                    let (for_model, flow) = match refusal.status {
+                        OutcomeStatus::Cancelled => (CANCELLED_RESULT.to_owned(), Flow::Cancelled),
+                        OutcomeStatus::Completed | OutcomeStatus::Failed => (refusal.for_model.clone(), Flow::Continue),
+                    };
+                    self.finish_call(&call.id, refusal);
+                    return Err((for_model, flow));
+                }
+                let mut choices = lock(workspace.policy).options(&description.access, workspace.roots);
+                let mut title = description.title.clone();
+                let mut preview = description.preview.clone();
+                if from_text {
+                    // Nothing to remember: the next such call asks again.
+                    choices.retain(|choice| choice.answer != Answer::AllowAlways);
+                    title.push_str(" (read from the model's text)");
+                    preview.insert(0, DisplayContent::Text(FROM_TEXT_NOTE.to_owned()));
+                }
                 let question = PermissionQuestion {
                     call_id: call.id.clone(),
-                    title: description.title.clone(),
+                    title,
                     kind,
                     locations: description.locations.clone(),
-                    preview: description.preview.clone(),
+                    preview,
                     raw_input,
                     choices,
                 };
@@ -501,8 +533,9 @@ impl Turn<'_> {
     }
 
     /// One call: describe it, judge it, maybe ask, run it, report it.
+    /// `from_text`: the call was read from the model's answer text.
     /// Returns the result for the model.
-    async fn run_tool(&self, call: &ToolCallRequest) -> (String, Flow) {
+    async fn run_tool(&self, call: &ToolCallRequest, from_text: bool) -> (String, Flow) {
         let workspace = &self.workspace;
         let raw_input = serde_json::from_str::<serde_json::Value>(&call.arguments).ok();
         let (mut runnable, kind, description) = match self.prepare(call) {
@@ -524,18 +557,6 @@ impl Turn<'_> {
                 ..ToolCallChange::default()
             },
         );
-        let Permit { approved, answered } = match self.permit(call, kind, &description, raw_input).await {
-            Ok(permit) => permit,
-            Err(refused) => return refused,
-        };
-        if let (Runnable::Builtin(prepared), Access::Fetch { .. }) = (&mut runnable, &description.access) {
-            let remembered = lock(workspace.policy).fetch_hosts();
-            prepared.set_host_trust(HostTrust { remembered, approved });
-        }
-        if let (Runnable::Builtin(prepared), Access::Execute { .. }) = (&mut runnable, &description.access) {
-            prepared.set_sandboxed(lock(workspace.policy).runs_sandboxed(&description.access, answered));
-        }
-        self.update(&call.id, ToolCallChange { status: Some(ToolCallStatus::InProgress), ..ToolCallChange::default() });
         let call_id = call.id.clone();
         let progress = move |progress: Progress| match progress {
             Progress::Terminal(terminal_id) => self.update(
@@ -556,6 +577,19 @@ impl Turn<'_> {
             progress: &progress,
             seen: workspace.seen,
         };
+        let asked = Asked { call, kind, description: &description, raw_input, from_text };
+        let Permit { approved, answered } = match self.permit(asked, &runnable, &context).await {
+            Ok(permit) => permit,
+            Err(refused) => return refused,
+        };
+        if let (Runnable::Builtin(prepared), Access::Fetch { .. }) = (&mut runnable, &description.access) {
+            let remembered = lock(workspace.policy).fetch_hosts();
+            prepared.set_host_trust(HostTrust { remembered, approved });
+        }
+        if let (Runnable::Builtin(prepared), Access::Execute { .. }) = (&mut runnable, &description.access) {
+            prepared.set_sandboxed(lock(workspace.policy).runs_sandboxed(&description.access, answered));
+        }
+        self.update(&call.id, ToolCallChange { status: Some(ToolCallStatus::InProgress), ..ToolCallChange::default() });
         let grace = match &runnable {
             Runnable::Builtin(prepared) => prepared.cancel_grace(workspace.host),
             Runnable::External(..) => tools::CANCEL_GRACE,
@@ -655,8 +689,16 @@ impl Turn<'_> {
         // The tools this request actually offered: a call written as text may name only these.
         let offered = self.offered();
         let sent: &[ToolDefinition] = if self.client.chat_only().is_some() { &[] } else { &offered };
+        // Calls written as text are read only from a server that needs it.
+        let model = self.client.model();
+        let recover = match model.text_tool_calls {
+            TextToolCalls::Auto => !conversation.native_tool_calls.contains(&model.key),
+            TextToolCalls::On => true,
+            TextToolCalls::Off => false,
+        };
         let mut decoder = StreamDecoder::new(format!("call_{}_", &request_id[..12]))
             .offering(sent.iter().map(ToolDefinition::name))
+            .recovering_text_calls(recover)
             .max_argument_bytes(self.settings.max_tool_call_bytes);
         // Calls shown to the user while streaming: the decoder's position of
         // each, and the session-unique id it was shown with. By position, not
@@ -701,6 +743,10 @@ impl Turn<'_> {
         };
         match ended {
             Sample::Done(mut output) => {
+                if output.text_tool_calls.is_none() && !output.tool_calls.is_empty() {
+                    // This server parses calls itself.
+                    conversation.native_tool_calls.insert(model.key.clone());
+                }
                 // The decoder announces a call when its name arrives and keeps
                 // exactly the named calls, in position order: the n-th call
                 // is the n-th announced, by position.
@@ -740,6 +786,21 @@ impl Turn<'_> {
         }
     }
 }
+
+/// What the user would be asked about.
+struct Asked<'a> {
+    call: &'a ToolCallRequest,
+    kind: ToolKind,
+    description: &'a Description,
+    raw_input: Option<serde_json::Value>,
+    /// The call was read from the model's answer text.
+    from_text: bool,
+}
+
+/// What a question about a call read from the model's text says first.
+const FROM_TEXT_NOTE: &str = "lathe read this call from the model's answer text; the server did not send it as a \
+tool call. Either the server has no tool-call parser for this model, or the model is quoting a call it read in a \
+file or a page. Allow it only if you expect this call.";
 
 /// A call the permission step let through.
 struct Permit {
@@ -1289,7 +1350,7 @@ mod cancelled_write_tests {
             name: "write_file".into(),
             arguments: r#"{"path": "new.txt", "content": "hello\n"}"#.into(),
         };
-        let (for_model, flow) = turn.run_tool(&call).await;
+        let (for_model, flow) = turn.run_tool(&call, false).await;
         assert_eq!(flow, Flow::Cancelled, "the turn stops");
         assert_eq!(for_model, "Created new.txt (1 line).");
         assert_eq!(std::fs::read_to_string(dir.path().join("new.txt")).unwrap(), "hello\n");

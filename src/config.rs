@@ -230,6 +230,8 @@ pub struct ModelConfig {
     pub prompt: Option<PromptProfile>,
     /// Which earlier answers carry their reasoning back to the model.
     pub reasoning_history: ReasoningHistory,
+    /// When tool calls the model wrote as answer text are run as calls.
+    pub text_tool_calls: TextToolCalls,
     /// Extra HTTP headers sent with each request.
     pub headers: BTreeMap<String, String>,
     /// Extra top-level JSON fields merged into each request body.
@@ -271,6 +273,7 @@ impl ModelConfig {
             stream_usage: true,
             prompt: None,
             reasoning_history: ReasoningHistory::Auto,
+            text_tool_calls: TextToolCalls::Auto,
             headers: BTreeMap::new(),
             extra_body: serde_json::Map::new(),
         }
@@ -345,6 +348,24 @@ pub enum ReasoningHistory {
     Off,
     /// Every answer's.
     All,
+}
+
+/// When lathe reads tool calls out of the model's answer text (see
+/// `model::text_calls`): for servers with no tool-call parser for the model,
+/// which return the model's calls as plain text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TextToolCalls {
+    /// While the server has returned no native `tool_calls` in the session:
+    /// a server that parses calls itself never has text read as calls once
+    /// it has shown that it does.
+    #[default]
+    Auto,
+    /// Whatever the server has returned (a server that parses some calls
+    /// and returns others as text).
+    On,
+    /// Never.
+    Off,
 }
 
 /// Which JSON field carries the output-token cap.
@@ -697,6 +718,7 @@ struct ModelToml {
     stream_usage: Option<bool>,
     prompt: Option<PromptToml>,
     reasoning_history: Option<ReasoningHistory>,
+    text_tool_calls: Option<TextToolCalls>,
     #[serde(default)]
     headers: BTreeMap<String, String>,
     #[serde(default)]
@@ -1045,6 +1067,7 @@ fn model_config(
             Some(PromptToml::Lean) => Some(PromptProfile::Lean),
         },
         reasoning_history: m.reasoning_history.unwrap_or_default(),
+        text_tool_calls: m.text_tool_calls.unwrap_or_default(),
         headers: m.headers,
         extra_body,
     })
@@ -1489,9 +1512,13 @@ max_output_tokens = 8192
         assert_eq!(model("reasoning_history = \"none\"").unwrap().reasoning_history, ReasoningHistory::Off);
         assert_eq!(model("reasoning_history = \"all\"").unwrap().reasoning_history, ReasoningHistory::All);
         assert_eq!(model("").unwrap().context_window, None);
+        assert_eq!(model("").unwrap().text_tool_calls, TextToolCalls::Auto);
+        assert_eq!(model("text_tool_calls = \"on\"").unwrap().text_tool_calls, TextToolCalls::On);
+        assert_eq!(model("text_tool_calls = \"off\"").unwrap().text_tool_calls, TextToolCalls::Off);
         for (bad, key) in [
             ("prompt = \"tiny\"", "models.m.prompt"),
             ("reasoning_history = \"some\"", "models.m.reasoning_history"),
+            ("text_tool_calls = \"always\"", "models.m.text_tool_calls"),
             ("context_window = 0", "models.m.context_window"),
         ] {
             let err = model(bad).unwrap_err().to_string();

@@ -400,7 +400,19 @@ async fn check_model(report: &mut Report, model: &ModelConfig, config: &Config) 
             format!("the model takes no tools ({why}); lathe would run it chat-only, without file or shell tools"),
         ),
         (Some(Ok(output)), None) if output.tool_calls.iter().any(|call| call.name == PROBE_TOOL) => {
-            report.add("tools", subject, Status::Ok, format!("the model called {PROBE_TOOL}"));
+            match output.text_tool_calls {
+                None => report.add("tools", subject, Status::Ok, format!("the model called {PROBE_TOOL}")),
+                Some(format) => report.add(
+                    "tools",
+                    subject,
+                    Status::Warn,
+                    format!(
+                        "the model called {PROBE_TOOL} in its answer text ({}): the server has no tool-call parser \
+                         for it, so lathe reads calls from the text and asks before each one",
+                        format.name()
+                    ),
+                ),
+            }
         }
         (Some(Ok(output)), None) => report.add(
             "tools",
@@ -456,7 +468,10 @@ async fn bounded_wait<T>(work: impl Future<Output = Result<T, ModelError>>) -> R
 async fn complete(client: &ModelClient, prompt: &str, tools: &[ToolDefinition]) -> Result<ModelOutput, ModelError> {
     let messages = [Message::User { parts: vec![UserPart::Text { text: prompt.to_owned() }] }];
     let mut stream = client.stream("You are lathe's setup check. Be brief.", &messages, tools).await?;
-    let mut decoder = StreamDecoder::new("doctor").offering(tools.iter().map(ToolDefinition::name));
+    // As a session would on its first request (see `text_tool_calls`).
+    let recover = client.model().text_tool_calls != crate::config::TextToolCalls::Off;
+    let mut decoder =
+        StreamDecoder::new("doctor").offering(tools.iter().map(ToolDefinition::name)).recovering_text_calls(recover);
     let mut ignore = |_| {};
     while let Some(chunk) = stream.next().await {
         decoder.push(chunk?, &mut ignore).map_err(|err| ModelError::Provider(err.0))?;

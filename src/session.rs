@@ -238,6 +238,10 @@ pub struct Conversation {
     pub turn_usage: Option<crate::model::Usage>,
     /// The user was told that the model takes no tools (told once per session).
     pub told_chat_only: bool,
+    /// The models (by config key) whose server has returned native
+    /// `tool_calls` in this session: with `text_tool_calls = "auto"`, calls
+    /// written as text are no longer read from their answers.
+    pub native_tool_calls: HashSet<String>,
     journal: Option<Journal>,
 }
 
@@ -268,6 +272,7 @@ impl Conversation {
             usage_mark: None,
             turn_usage: None,
             told_chat_only: false,
+            native_tool_calls: HashSet::new(),
             journal,
         }
     }

@@ -160,6 +160,8 @@ pub struct StreamDecoder {
     gate: TextCallGate,
     /// The tools the request offered (calls written as text may name only these).
     offered: Vec<String>,
+    /// Whether calls written as text are recovered at all.
+    recover_text_calls: bool,
     text_tool_calls: Option<TextCallFormat>,
     max_argument_bytes: Option<usize>,
 }
@@ -180,20 +182,39 @@ impl StreamDecoder {
             think: ThinkSplitter::default(),
             gate: TextCallGate::open(),
             offered: Vec::new(),
+            recover_text_calls: false,
             text_tool_calls: None,
             max_argument_bytes: None,
         }
     }
 
-    /// The request offered these tools: an answer that is nothing but calls
-    /// to them written as text is held back while it streams and recovered
-    /// as tool calls by [`StreamDecoder::end`].
+    /// The request offered these tools: with
+    /// [`StreamDecoder::recovering_text_calls`], an answer that is nothing
+    /// but calls to them written as text is held back while it streams and
+    /// recovered as tool calls by [`StreamDecoder::end`].
     pub fn offering<'a>(mut self, tools: impl IntoIterator<Item = &'a str>) -> Self {
         self.offered = tools.into_iter().map(str::to_owned).collect();
-        if !self.offered.is_empty() {
-            self.gate = TextCallGate::default();
-        }
+        self.set_gate();
         self
+    }
+
+    /// Whether tool calls the model wrote as answer text are recovered (see
+    /// [`text_calls`]). Off unless asked for: a model that quotes a file or
+    /// a page holding such a block looks exactly like one whose server has no
+    /// parser, so the turn asks for this only for a server that needs it.
+    pub fn recovering_text_calls(mut self, recover: bool) -> Self {
+        self.recover_text_calls = recover;
+        self.set_gate();
+        self
+    }
+
+    /// Holds the answer back only while it may become calls.
+    fn set_gate(&mut self) {
+        self.gate = if self.recover_text_calls && !self.offered.is_empty() {
+            TextCallGate::default()
+        } else {
+            TextCallGate::open()
+        };
     }
 
     /// Keeps at most `max` bytes of one call's arguments: past that, the
@@ -362,7 +383,7 @@ impl StreamDecoder {
             return;
         }
         let offered = &self.offered;
-        let recovered = if self.calls.is_empty() {
+        let recovered = if self.recover_text_calls && self.calls.is_empty() {
             text_calls::parse(&held, |name| offered.iter().any(|tool| tool == name))
         } else {
             None
@@ -505,6 +526,32 @@ mod tests {
 
     fn finish(reason: &str) -> serde_json::Value {
         json!({"choices":[{"index":0,"delta":{},"finish_reason":reason}]})
+    }
+
+    /// Calls written as text are read only when asked for (issue 29): a
+    /// decoder that offers tools but does not recover them streams a
+    /// `<tool_call>` block as the text it is, at once, and makes no call of
+    /// it; one that recovers holds the block back and makes it a call.
+    #[test]
+    fn calls_written_as_text_are_read_only_when_asked_for() {
+        let block = "<tool_call>{\"name\": \"grep\", \"arguments\": {\"pattern\": \"x\"}}</tool_call>";
+        for recover in [false, true] {
+            let mut decoder = StreamDecoder::new("call_").offering(["grep"]).recovering_text_calls(recover);
+            let mut events = Vec::new();
+            decoder.push(chunk(delta(json!({"content": block}))), &mut |e| events.push(e)).unwrap();
+            assert_eq!(events.len(), usize::from(!recover), "{recover}: {events:?}");
+            decoder.end(&mut |e| events.push(e));
+            let output = decoder.finish();
+            if recover {
+                assert_eq!(output.text, "");
+                assert_eq!(output.tool_calls.len(), 1);
+                assert_eq!(output.text_tool_calls, Some(TextCallFormat::Hermes));
+            } else {
+                assert_eq!(events, vec![ModelEvent::Text(block.to_owned())]);
+                assert_eq!(output.text, block);
+                assert!(output.tool_calls.is_empty() && output.text_tool_calls.is_none());
+            }
+        }
     }
 
     #[test]

@@ -57,10 +57,11 @@ use serde_json::{Value, json};
 
 use super::edit_match;
 use super::lenient;
-use super::local::{BINARY_SNIFF_BYTES, read_text_blocking, size_text};
+use super::local::{BINARY_SNIFF_BYTES, MAX_FILE_BYTES, read_text_blocking, size_text};
 use super::versions::Freshness;
 use super::{
-    Access, Description, DisplayContent, HostError, Location, OutcomeStatus, ToolContext, ToolLimits, ToolOutcome,
+    Access, Description, DisplayContent, HostError, Location, OutcomeStatus, Refusal, ToolContext, ToolLimits,
+    ToolOutcome, refused,
 };
 use crate::cancel::{Cancelled, OrCancel as _};
 use crate::fs_guard::{Found, Target};
@@ -292,28 +293,39 @@ pub fn describe_edit_file(args: &EditFileArgs, cwd: &Path, in_place: bool) -> De
     }
 }
 
-/// Runs `read_file`: the requested lines, numbered like `cat -n`, within the
-/// output limits, with a note saying how to read on when cut short.
-pub async fn read_file(args: ReadFileArgs, target: &Target, ctx: &ToolContext<'_>) -> ToolOutcome {
+/// The refusals of a `read_file` call that do not depend on the user's
+/// answer (see [`super::precheck`]): a NUL in the path, a target that is no
+/// regular file or cannot be reached, a file over the local size cap.
+pub(super) fn check_read(args: &ReadFileArgs, target: &Target, ctx: &ToolContext<'_>) -> Result<(), Refusal> {
     if let Some(refusal) = refuse_nul(&args.path, "read_file") {
-        return refusal;
+        return Err(Box::new(refusal));
     }
-    let path = target.real.clone();
     let shown = target.shown(ctx.cwd);
     match &target.found {
         Found::Directory => {
-            return ToolOutcome::failed(format!(
-                "{shown} is a directory, not a file. Use list_directory to see what it contains."
-            ));
+            Err(refused(format!("{shown} is a directory, not a file. Use list_directory to see what it contains.")))
         }
         Found::Special(kind) => {
-            return ToolOutcome::failed(format!(
-                "{shown} is {kind}, not a regular file; only regular files can be read."
-            ));
+            Err(refused(format!("{shown} is {kind}, not a regular file; only regular files can be read.")))
         }
-        Found::Unresolvable(why) => return ToolOutcome::failed(format!("Cannot read {shown}: {why}.")),
-        Found::File { .. } | Found::Missing => {}
+        Found::Unresolvable(why) => Err(refused(format!("Cannot read {shown}: {why}."))),
+        Found::File { size, .. } if *size > MAX_FILE_BYTES && !ctx.host.reads_via_client() => Err(refused(format!(
+            "{shown} is too large to read ({}); the limit is {}.",
+            size_text(*size),
+            size_text(MAX_FILE_BYTES)
+        ))),
+        Found::File { .. } | Found::Missing => Ok(()),
     }
+}
+
+/// Runs `read_file`: the requested lines, numbered like `cat -n`, within the
+/// output limits, with a note saying how to read on when cut short.
+pub async fn read_file(args: ReadFileArgs, target: &Target, ctx: &ToolContext<'_>) -> ToolOutcome {
+    if let Err(refusal) = check_read(&args, target, ctx) {
+        return *refusal;
+    }
+    let path = target.real.clone();
+    let shown = target.shown(ctx.cwd);
     let text = match ctx.host.read_text_file(target).or_cancel(ctx.cancel).await {
         Err(Cancelled) => return ToolOutcome::cancelled(),
         Ok(Ok(text)) => text,
@@ -363,28 +375,41 @@ pub async fn read_file(args: ReadFileArgs, target: &Target, ctx: &ToolContext<'_
     }
 }
 
-/// Runs `write_file`: creates or replaces the whole file, unless it exists and
-/// the model has not seen its current text (see the module docs).
-pub async fn write_file(args: WriteFileArgs, target: &Target, ctx: &ToolContext<'_>) -> ToolOutcome {
+/// What a `write_file` call found before writing.
+pub(super) struct WriteCheck {
+    /// The file exists.
+    exists: bool,
+    /// Its current text, when it could be read as text.
+    old: Option<String>,
+}
+
+/// The refusals of a `write_file` call that do not depend on the user's
+/// answer (see [`super::precheck`]), and what the write needs: a NUL in the
+/// path, a target that is no regular file, and an existing file the model
+/// has not seen as it is now (see the module docs).
+pub(super) async fn check_write(
+    args: &WriteFileArgs,
+    target: &Target,
+    ctx: &ToolContext<'_>,
+) -> Result<WriteCheck, Refusal> {
     if let Some(refusal) = refuse_nul(&args.path, "write_file") {
-        return refusal;
+        return Err(Box::new(refusal));
     }
-    let path = target.real.clone();
     let shown = target.shown(ctx.cwd);
     let exists = match &target.found {
         Found::Directory => {
-            return ToolOutcome::failed(format!("{shown} is a directory; write_file needs the path of a file."));
+            return Err(refused(format!("{shown} is a directory; write_file needs the path of a file.")));
         }
         Found::Special(kind) => {
-            return ToolOutcome::failed(format!("{shown} is {kind}, not a regular file; refusing to replace it."));
+            return Err(refused(format!("{shown} is {kind}, not a regular file; refusing to replace it.")));
         }
-        Found::Unresolvable(why) => return ToolOutcome::failed(format!("Cannot write {shown}: {why}.")),
+        Found::Unresolvable(why) => return Err(refused(format!("Cannot write {shown}: {why}."))),
         Found::File { .. } => true,
         Found::Missing => false,
     };
     let old = if exists {
         match ctx.host.read_text_file(target).or_cancel(ctx.cancel).await {
-            Err(Cancelled) => return ToolOutcome::cancelled(),
+            Err(Cancelled) => return Err(Box::new(ToolOutcome::cancelled())),
             // Text that cannot be read (binary, too large) cannot be compared;
             // it only costs the check and the diff, not the write.
             Ok(result) => result.ok().filter(|old| !looks_binary(old)),
@@ -393,10 +418,22 @@ pub async fn write_file(args: WriteFileArgs, target: &Target, ctx: &ToolContext<
         None
     };
     if let Some(old) = &old
-        && let Some(refusal) = refuse_stale(ctx, &path, &shown, old, Change::Write)
+        && let Some(refusal) = refuse_stale(ctx, &target.real, &shown, old, Change::Write)
     {
-        return refusal;
+        return Err(Box::new(refusal));
     }
+    Ok(WriteCheck { exists, old })
+}
+
+/// Runs `write_file`: creates or replaces the whole file, unless it exists and
+/// the model has not seen its current text (see the module docs).
+pub async fn write_file(args: WriteFileArgs, target: &Target, ctx: &ToolContext<'_>) -> ToolOutcome {
+    let WriteCheck { exists, old } = match check_write(&args, target, ctx).await {
+        Ok(checked) => checked,
+        Err(refusal) => return *refusal,
+    };
+    let path = target.real.clone();
+    let shown = target.shown(ctx.cwd);
     match write(ctx, target, &args.content).await {
         Err(Cancelled) => return ToolOutcome::cancelled(),
         Ok(Err(err)) => return ToolOutcome::failed(write_error(&err, &shown)),
@@ -431,46 +468,67 @@ pub async fn write_file(args: WriteFileArgs, target: &Target, ctx: &ToolContext<
     }
 }
 
+/// What an `edit_file` call found before writing.
+pub(super) struct EditCheck {
+    /// The file's current text.
+    old: String,
+    /// The edits it asked for.
+    edits: Vec<PlannedEdit>,
+    /// The text with the edits applied.
+    applied: Applied,
+}
+
+/// The refusals of an `edit_file` call that do not depend on the user's
+/// answer (see [`super::precheck`]), and the edited text: bad edits, a NUL
+/// in the path, a target that is no regular text file or cannot be read, a
+/// file changed since the model saw it, and edits that do not apply.
+pub(super) async fn check_edit(
+    args: &EditFileArgs,
+    target: &Target,
+    ctx: &ToolContext<'_>,
+) -> Result<EditCheck, Refusal> {
+    if let Some(refusal) = refuse_nul(&args.path, "edit_file") {
+        return Err(Box::new(refusal));
+    }
+    let shown = target.shown(ctx.cwd);
+    let edits = planned_edits(args).map_err(refused)?;
+    match &target.found {
+        Found::Directory => {
+            return Err(refused(format!("{shown} is a directory; edit_file needs the path of a file.")));
+        }
+        Found::Special(kind) => {
+            return Err(refused(format!("{shown} is {kind}, not a regular file; edit_file only edits files.")));
+        }
+        Found::Unresolvable(why) => return Err(refused(format!("Cannot edit {shown}: {why}."))),
+        Found::File { .. } | Found::Missing => {}
+    }
+    let old = match ctx.host.read_text_file(target).or_cancel(ctx.cancel).await {
+        Err(Cancelled) => return Err(Box::new(ToolOutcome::cancelled())),
+        Ok(Ok(text)) => text,
+        Ok(Err(err)) => {
+            return Err(refused(read_error(&err, &args.path, target, " To create a new file, use write_file.")));
+        }
+    };
+    if looks_binary(&old) {
+        return Err(refused(format!("{shown} is a binary file; edit_file only edits text files.")));
+    }
+    if let Some(refusal) = refuse_stale(ctx, &target.real, &shown, &old, Change::Edit) {
+        return Err(Box::new(refusal));
+    }
+    let applied = apply_edits(&old, &edits, &shown).map_err(refused)?;
+    Ok(EditCheck { old, edits, applied })
+}
+
 /// Runs `edit_file`: applies every replacement to the current text, then
 /// writes the result once; if any replacement fails nothing is written, and
 /// neither is anything when the file changed since the model last saw it.
 pub async fn edit_file(args: EditFileArgs, target: &Target, ctx: &ToolContext<'_>) -> ToolOutcome {
-    if let Some(refusal) = refuse_nul(&args.path, "edit_file") {
-        return refusal;
-    }
+    let EditCheck { old, edits, applied } = match check_edit(&args, target, ctx).await {
+        Ok(checked) => checked,
+        Err(refusal) => return *refusal,
+    };
     let path = target.real.clone();
     let shown = target.shown(ctx.cwd);
-    let edits = match planned_edits(&args) {
-        Ok(edits) => edits,
-        Err(message) => return ToolOutcome::failed(message),
-    };
-    match &target.found {
-        Found::Directory => {
-            return ToolOutcome::failed(format!("{shown} is a directory; edit_file needs the path of a file."));
-        }
-        Found::Special(kind) => {
-            return ToolOutcome::failed(format!("{shown} is {kind}, not a regular file; edit_file only edits files."));
-        }
-        Found::Unresolvable(why) => return ToolOutcome::failed(format!("Cannot edit {shown}: {why}.")),
-        Found::File { .. } | Found::Missing => {}
-    }
-    let old = match ctx.host.read_text_file(target).or_cancel(ctx.cancel).await {
-        Err(Cancelled) => return ToolOutcome::cancelled(),
-        Ok(Ok(text)) => text,
-        Ok(Err(err)) => {
-            return ToolOutcome::failed(read_error(&err, &args.path, target, " To create a new file, use write_file."));
-        }
-    };
-    if looks_binary(&old) {
-        return ToolOutcome::failed(format!("{shown} is a binary file; edit_file only edits text files."));
-    }
-    if let Some(refusal) = refuse_stale(ctx, &path, &shown, &old, Change::Edit) {
-        return refusal;
-    }
-    let applied = match apply_edits(&old, &edits, &shown) {
-        Ok(applied) => applied,
-        Err(message) => return ToolOutcome::failed(message),
-    };
     match write(ctx, target, &applied.text).await {
         Err(Cancelled) => return ToolOutcome::cancelled(),
         Ok(Err(err)) => return ToolOutcome::failed(write_error(&err, &shown)),

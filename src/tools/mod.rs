@@ -874,6 +874,51 @@ fn parse<T: DeserializeOwned>(tool: &str, value: Value) -> Result<T, String> {
     })
 }
 
+/// A refusal decided before a call runs (see [`precheck`]), boxed: it is
+/// the rare path of a function that otherwise returns what the call needs.
+pub(crate) type Refusal = Box<ToolOutcome>;
+
+/// A refusal with this message for the model.
+fn refused(message: impl Into<String>) -> Refusal {
+    Box::new(ToolOutcome::failed(message))
+}
+
+/// The refusal of a call that cannot do what it asks whatever the user
+/// answers: a path with a NUL, a target of the wrong kind or size, a write
+/// over a file the model has not read (or that changed since), edits that do
+/// not apply, a bad pattern, an empty command or a missing directory. The
+/// turn asks this before it asks the user, so that no approval is spent on
+/// a call that will be refused; `run` makes the very same checks first
+/// (they are the same functions), so what passes here is refused later only
+/// if something changed meanwhile. `None` when the call may run; a check
+/// that was cancelled (it reads the file) is a cancelled outcome.
+pub async fn precheck(call: &PreparedCall, ctx: &ToolContext<'_>) -> Option<ToolOutcome> {
+    let judged = match &call.description.access {
+        Access::Read(targets) | Access::Write(targets) => targets.first(),
+        Access::Nothing | Access::Execute { .. } | Access::External { .. } | Access::Fetch { .. } => None,
+    };
+    let refusal = match (&call.args, judged) {
+        (Args::ReadFile(args), Some(target)) => fs::check_read(args, target, ctx).err(),
+        (Args::WriteFile(args), Some(target)) => fs::check_write(args, target, ctx).await.err(),
+        (Args::EditFile(args), Some(target)) => fs::check_edit(args, target, ctx).await.err(),
+        (Args::ListDirectory(_), Some(target)) => search::check_list(target, ctx).err(),
+        (Args::Glob(args), Some(target)) => search::check_glob(args, target, ctx).err(),
+        (Args::Grep(args), Some(target)) => search::check_grep(args, target, ctx).err(),
+        (
+            Args::ReadFile(_)
+            | Args::WriteFile(_)
+            | Args::EditFile(_)
+            | Args::ListDirectory(_)
+            | Args::Glob(_)
+            | Args::Grep(_),
+            None,
+        ) => Some(refused("This call's path was not judged; nothing was done.")),
+        (Args::Shell(args), _) => shell::check_shell(args, ctx).await.err(),
+        (Args::Fetch(_) | Args::UpdatePlan(_), _) => None,
+    };
+    refusal.map(|refusal| *refusal)
+}
+
 /// Runs a prepared call. Never panics on bad input: failures are outcomes.
 pub async fn run(call: PreparedCall, ctx: &ToolContext<'_>) -> ToolOutcome {
     if ctx.cancel.is_cancelled() {

@@ -43,7 +43,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::{Access, Description, DisplayContent, Location, ToolContext, ToolOutcome};
+use super::{Access, Description, DisplayContent, Location, Refusal, ToolContext, ToolOutcome, refused};
 use super::{lenient, paths};
 use crate::cancel::{Cancelled, OrCancel as _};
 use crate::fs_guard::{Found, Target};
@@ -249,8 +249,17 @@ pub fn describe_grep(args: &GrepArgs, cwd: &Path) -> Description {
     describe(title, target)
 }
 
+/// The refusal of a `list_directory` call that does not depend on the
+/// user's answer (see [`super::precheck`]): a target that is no directory.
+pub(super) fn check_list(target: &Target, ctx: &ToolContext<'_>) -> Result<(), Refusal> {
+    check_base(target, ctx.cwd, true).map_or(Ok(()), |message| Err(refused(message)))
+}
+
 /// Runs `list_directory` on the judged directory.
 pub async fn list_directory(args: ListDirectoryArgs, target: &Target, ctx: &ToolContext<'_>) -> ToolOutcome {
+    if let Err(refusal) = check_list(target, ctx) {
+        return *refusal;
+    }
     let job = ListJob {
         dir: target.clone(),
         cwd: ctx.cwd.to_path_buf(),
@@ -262,11 +271,19 @@ pub async fn list_directory(args: ListDirectoryArgs, target: &Target, ctx: &Tool
     blocking_job(move || job.run()).or_cancel(ctx.cancel).await.unwrap_or_else(|Cancelled| ToolOutcome::cancelled())
 }
 
+/// The refusals of a `glob` call that do not depend on the user's answer
+/// (see [`super::precheck`]): a bad pattern, a base that is no directory.
+pub(super) fn check_glob(args: &GlobArgs, target: &Target, ctx: &ToolContext<'_>) -> Result<PathFilter, Refusal> {
+    let filter = PathFilter::new(&args.pattern).map_err(refused)?;
+    check_list(target, ctx)?;
+    Ok(filter)
+}
+
 /// Runs `glob` under the judged directory.
 pub async fn glob(args: GlobArgs, target: &Target, ctx: &ToolContext<'_>) -> ToolOutcome {
-    let filter = match PathFilter::new(&args.pattern) {
+    let filter = match check_glob(&args, target, ctx) {
         Ok(filter) => filter,
-        Err(message) => return ToolOutcome::failed(message),
+        Err(refusal) => return *refusal,
     };
     let job = GlobJob {
         base: target.clone(),
@@ -279,30 +296,45 @@ pub async fn glob(args: GlobArgs, target: &Target, ctx: &ToolContext<'_>) -> Too
     blocking_job(move || job.run()).or_cancel(ctx.cancel).await.unwrap_or_else(|Cancelled| ToolOutcome::cancelled())
 }
 
-/// Runs `grep` in the judged file or directory.
-pub async fn grep(args: GrepArgs, target: &Target, ctx: &ToolContext<'_>) -> ToolOutcome {
+/// What a `grep` call searches with.
+pub(super) struct GrepCheck {
+    matcher: RegexMatcher,
+    filter: Option<PathFilter>,
+}
+
+/// The refusals of a `grep` call that do not depend on the user's answer
+/// (see [`super::precheck`]): an empty or invalid pattern, a bad glob, a
+/// base that is neither a regular file nor a directory.
+pub(super) fn check_grep(args: &GrepArgs, target: &Target, ctx: &ToolContext<'_>) -> Result<GrepCheck, Refusal> {
     if args.pattern.is_empty() {
-        return ToolOutcome::failed("The pattern is empty; give a regex to search for.");
+        return Err(refused("The pattern is empty; give a regex to search for."));
     }
-    let matcher = match RegexMatcherBuilder::new()
+    let matcher = RegexMatcherBuilder::new()
         .case_insensitive(args.case_insensitive)
         .fixed_strings(args.literal)
         // As ripgrep does: the matcher may then never match across lines, which
         // lets the searcher look for candidate lines quickly.
         .line_terminator(Some(b'\n'))
         .build(&args.pattern)
-    {
-        Ok(matcher) => matcher,
-        Err(err) => {
-            return ToolOutcome::failed(format!(
+        .map_err(|err| {
+            ToolOutcome::failed(format!(
                 "Invalid regex `{}`: {err}\nEscape special characters (e.g. `\\(`) or pass literal: true.",
                 args.pattern
-            ));
-        }
-    };
-    let filter = match args.glob.as_deref().filter(|g| !g.trim().is_empty()).map(PathFilter::new).transpose() {
-        Ok(filter) => filter,
-        Err(message) => return ToolOutcome::failed(message),
+            ))
+        })?;
+    let filter =
+        args.glob.as_deref().filter(|g| !g.trim().is_empty()).map(PathFilter::new).transpose().map_err(refused)?;
+    if let Some(message) = check_base(target, ctx.cwd, false) {
+        return Err(refused(message));
+    }
+    Ok(GrepCheck { matcher, filter })
+}
+
+/// Runs `grep` in the judged file or directory.
+pub async fn grep(args: GrepArgs, target: &Target, ctx: &ToolContext<'_>) -> ToolOutcome {
+    let GrepCheck { matcher, filter } = match check_grep(&args, target, ctx) {
+        Ok(checked) => checked,
+        Err(refusal) => return *refusal,
     };
     let job = GrepJob {
         base: target.clone(),
@@ -565,7 +597,7 @@ enum GlobTarget {
 }
 
 /// A compiled glob and what it is matched against.
-struct PathFilter {
+pub(super) struct PathFilter {
     /// A one-glob set rather than a `GlobMatcher`: sets match common shapes
     /// (`*.rs`, `**/*.rs`) by extension instead of running a regex per path.
     matcher: GlobSet,

@@ -46,8 +46,8 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 
 use super::{
-    Access, Description, DisplayContent, OutcomeStatus, Progress, TerminalCommand, TerminalExit, TerminalOutput,
-    Terminals, ToolContext, ToolLimits, ToolOutcome, paths,
+    Access, Description, DisplayContent, OutcomeStatus, Progress, Refusal, TerminalCommand, TerminalExit,
+    TerminalOutput, Terminals, ToolContext, ToolLimits, ToolOutcome, paths, refused,
 };
 use crate::cancel::{Cancelled, OrCancel as _};
 
@@ -178,20 +178,28 @@ pub fn describe_shell(args: &ShellArgs, cwd: &Path) -> Description {
     }
 }
 
+/// The refusals of a `shell` call that do not depend on the user's answer
+/// (see [`super::precheck`]): an empty command, a working directory that is
+/// not one. Returns the working directory.
+pub(super) async fn check_shell(args: &ShellArgs, ctx: &ToolContext<'_>) -> Result<PathBuf, Refusal> {
+    if args.command.trim().is_empty() {
+        return Err(refused("The command is empty. Pass the command line to run in `command`."));
+    }
+    let dir = working_dir(args, ctx.cwd);
+    match tokio::fs::metadata(&dir).await {
+        Ok(meta) if meta.is_dir() => Ok(dir),
+        Ok(_) => Err(refused(format!("`{}` is not a directory.", paths::display(&dir, ctx.cwd)))),
+        Err(err) => Err(refused(format!("Cannot run in `{}`: {err}.", paths::display(&dir, ctx.cwd)))),
+    }
+}
+
 /// Runs `shell`: in an editor terminal when the editor offers one, else
 /// locally. Non-zero exits and timeouts are [`OutcomeStatus::Failed`].
 pub async fn shell(args: ShellArgs, ctx: &ToolContext<'_>) -> ToolOutcome {
-    if args.command.trim().is_empty() {
-        return ToolOutcome::failed("The command is empty. Pass the command line to run in `command`.");
-    }
-    let dir = working_dir(&args, ctx.cwd);
-    match tokio::fs::metadata(&dir).await {
-        Ok(meta) if meta.is_dir() => {}
-        Ok(_) => return ToolOutcome::failed(format!("`{}` is not a directory.", paths::display(&dir, ctx.cwd))),
-        Err(err) => {
-            return ToolOutcome::failed(format!("Cannot run in `{}`: {err}.", paths::display(&dir, ctx.cwd)));
-        }
-    }
+    let dir = match check_shell(&args, ctx).await {
+        Ok(dir) => dir,
+        Err(refusal) => return *refusal,
+    };
     let timeout = effective_timeout(args.timeout_secs, ctx.limits);
     let run = Run { command: &args.command, cwd: &dir, timeout, sandboxed: args.sandboxed };
     let mut outcome = match ctx.host.terminals() {

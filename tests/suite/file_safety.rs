@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::support::acp_client::{Agent, final_status, handshake, prompt};
 use crate::support::clock::FrozenClock;
-use crate::support::editor::FakeEditor;
+use crate::support::editor::{FakeEditor, Permission};
 use crate::support::harness::Harness;
 use crate::support::mock_openai::{
     MockOpenAi, Reply, Step, ev_finish, ev_role, ev_tool_call_args, ev_tool_call_start, ev_usage, text_reply,
@@ -423,4 +423,52 @@ async fn search_a_project_with_a_latin1_file_name() -> (Harness, String, Vec<Val
     let (messages, response) = h.agent.response(id).await;
     assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
     (h, session, messages)
+}
+
+/// An approval is never spent on a call that cannot happen (issue 29): in
+/// `ask` mode, through an editor that serves `fs/*` (as CodeCompanion and
+/// agent-shell do), every refusal that does not depend on the user's answer
+/// is decided before the question, and then nothing is asked: a write over
+/// a file the model has not read, an edit whose text is not in the file, a
+/// read of a directory outside the project, a command in a directory that
+/// does not exist. The model's second write (it has the text now) asks once
+/// and writes.
+#[tokio::test]
+async fn refusals_that_do_not_depend_on_the_answer_ask_nothing() {
+    let mut h = Harness::start().await;
+    let notes = h.project.join("notes.md");
+    std::fs::write(&notes, "keep me\n").unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let outside_dir = outside.path().join("dir");
+    std::fs::create_dir(&outside_dir).unwrap();
+    let session = h.session_with(json!({"fs": {"readTextFile": true, "writeTextFile": true}})).await;
+    let write = json!({"path": "notes.md", "content": "replaced\n"});
+    h.mock.push(tool_call_reply(&[
+        ("call_w1", "write_file", write.clone()),
+        ("call_e", "edit_file", json!({"path": "notes.md", "old_string": "not there", "new_string": "x"})),
+        ("call_r", "read_file", json!({"path": outside_dir.to_string_lossy()})),
+        ("call_s", "shell", json!({"command": "ls", "cwd": "no/such/dir"})),
+    ]));
+    h.mock.push(tool_call_reply(&[("call_w2", "write_file", write)]));
+    h.mock.push(text_reply("Replaced."));
+    let id = prompt(&mut h.agent, &session, "replace the notes").await;
+    let mut editor = FakeEditor::answering(&[Permission::Select("allow_once")]);
+    let (messages, response) = h.agent.response_answering(id, |request| editor.answer(request)).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+
+    let asked = editor.requests_for("session/request_permission");
+    assert_eq!(asked.len(), 1, "only the write that can happen asks: {asked:?}");
+    assert_eq!(asked[0]["params"]["toolCall"]["toolCallId"], "call_w2");
+    for refused in ["call_w1", "call_e", "call_r", "call_s"] {
+        assert_eq!(final_status(&messages, refused), "failed", "{refused}");
+    }
+    assert_eq!(final_status(&messages, "call_w2"), "completed");
+    let first = &h.mock.requests()[1].body;
+    let unread = tool_result(first, "call_w1");
+    assert!(unread.starts_with("notes.md already exists and you have not read it yet"), "{unread}");
+    assert!(unread.contains("     1\tkeep me"), "the current text: {unread}");
+    assert!(tool_result(first, "call_e").contains("was not found"), "{}", tool_result(first, "call_e"));
+    assert!(tool_result(first, "call_r").contains("is a directory"), "{}", tool_result(first, "call_r"));
+    assert!(tool_result(first, "call_s").contains("Cannot run in"), "{}", tool_result(first, "call_s"));
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), "replaced\n");
 }

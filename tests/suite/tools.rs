@@ -216,11 +216,14 @@ async fn always_allow_for_a_command_covers_only_what_it_says() {
 }
 
 /// A rejection leaves the file alone, tells the model, and the turn goes on.
+/// (The model has read the file: a write over one it has not read is
+/// refused before anything is asked.)
 #[tokio::test]
 async fn a_rejection_leaves_the_file_untouched_and_tells_the_model() {
     let mut h = Harness::start().await;
     write(&h.project, "keep.txt", "original\n");
     let session = h.session().await;
+    h.mock.push(tool_call_reply(&[("call_r", "read_file", json!({"path": "keep.txt"}))]));
     h.mock.push(tool_call_reply(&[("call_w", "write_file", json!({"path": "keep.txt", "content": "clobbered"}))]));
     h.mock.push(text_reply("ok, I won't"));
     let mut editor = FakeEditor::answering(&[Permission::Select("reject_once")]);
@@ -228,7 +231,8 @@ async fn a_rejection_leaves_the_file_untouched_and_tells_the_model() {
     assert_eq!(response["result"]["stopReason"], "end_turn");
     assert_eq!(std::fs::read_to_string(h.project.join("keep.txt")).unwrap(), "original\n");
     assert_eq!(final_status(&before, "call_w"), "failed");
-    assert!(tool_result(&h.mock.requests()[1].body, "call_w").contains("declined"));
+    assert_eq!(editor.requests_for("session/request_permission").len(), 1);
+    assert!(tool_result(&h.mock.requests()[2].body, "call_w").contains("declined"));
 }
 
 /// The editor answering `cancelled` ends the turn as cancelled (item 42).

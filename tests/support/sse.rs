@@ -81,7 +81,9 @@ impl SseHarness {
         // What lathe's own HTTP layer does with an SSE answer.
         let response = lathe::model::sse::without_leading_bom(response);
         let mut stream = ResponseStream::new(response, Duration::from_secs(60));
-        let mut decoder = StreamDecoder::new("call_").offering(self.offered.iter().map(String::as_str));
+        // A server with no tool-call parser: calls written as text are read.
+        let mut decoder =
+            StreamDecoder::new("call_").offering(self.offered.iter().map(String::as_str)).recovering_text_calls(true);
         let mut events = Vec::new();
         let mut chunks = 0;
         let end = loop {
