@@ -242,7 +242,7 @@ impl fmt::Debug for ModelConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ModelConfig")
             .field("key", &self.key)
-            .field("base_url", &self.base_url)
+            .field("base_url", &crate::redact::url(&self.base_url))
             .field("model", &self.model)
             .field("api_key_env", &self.api_key_env)
             .field("api_key_stored", &self.api_key_stored)
@@ -552,10 +552,10 @@ impl fmt::Debug for McpTransport {
                 f.debug_struct("Stdio").field("command", command).field("args", args).field("env", &names(env)).finish()
             }
             McpTransport::Http { url, headers } => {
-                f.debug_struct("Http").field("url", url).field("headers", &names(headers)).finish()
+                f.debug_struct("Http").field("url", &crate::redact::url(url)).field("headers", &names(headers)).finish()
             }
             McpTransport::Sse { url, headers } => {
-                f.debug_struct("Sse").field("url", url).field("headers", &names(headers)).finish()
+                f.debug_struct("Sse").field("url", &crate::redact::url(url)).field("headers", &names(headers)).finish()
             }
         }
     }

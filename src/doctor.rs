@@ -33,8 +33,8 @@ use crate::model::{
     Message, ModelClient, ModelError, ModelErrorKind, ModelOutput, StreamDecoder, ToolDefinition, UserPart,
     WindowSource,
 };
+use crate::redact::Redactor;
 use crate::sandbox::Enforcement;
-use crate::trace::Redactor;
 
 /// Longest any one model request of the doctor may take, start to end.
 pub const CHECK_TIMEOUT: Duration = Duration::from_secs(60);
@@ -165,7 +165,7 @@ pub async fn run(
             return report;
         }
     };
-    report.redactor = Redactor::new(crate::trace::secrets_of(&config));
+    report.redactor = Redactor::new(crate::redact::secrets_of(&config));
     let looked = located.map_or_else(|| "no default location (HOME unset)".to_owned(), |p| p.display().to_string());
     let configured = match &config.source {
         ConfigSource::File(path) => {
@@ -251,7 +251,7 @@ fn bounded(config: &Config) -> crate::config::NetworkSettings {
 /// Every model's lines of `lathe doctor` and nothing else: what `lathe
 /// setup` checks before it writes a config.
 pub async fn check_models(config: &Config) -> Report {
-    let mut report = Report { checks: Vec::new(), redactor: Redactor::new(crate::trace::secrets_of(config)) };
+    let mut report = Report { checks: Vec::new(), redactor: Redactor::new(crate::redact::secrets_of(config)) };
     for model in config.models.values() {
         check_model(&mut report, model, config).await;
     }
@@ -262,7 +262,7 @@ pub async fn check_models(config: &Config) -> Report {
 /// endpoint answers, the key is accepted, the model is listed (one `GET
 /// {base_url}/models`). What ACP `authenticate` asks before it says yes.
 pub async fn check_access(config: &Config) -> Report {
-    let mut report = Report { checks: Vec::new(), redactor: Redactor::new(crate::trace::secrets_of(config)) };
+    let mut report = Report { checks: Vec::new(), redactor: Redactor::new(crate::redact::secrets_of(config)) };
     match config.default_model() {
         Some(model) => {
             let _ = check_reach(&mut report, model, config).await;

@@ -50,6 +50,7 @@
 //! sync        the one way a std Mutex is locked
 //! cli/        `lathe sessions`, `lathe init` and `lathe setup`; doctor: `lathe doctor`;
 //!             trace: the `--trace` file (JSON-RPC both ways, model traffic, redacted)
+//! redact      the one redaction of secrets: trace, log, doctor, shown URLs
 //! ```
 //!
 //! Knowledge flows one way: `acp -> agent -> {model, session, prompt} -> config`,
@@ -83,6 +84,7 @@ pub mod model;
 pub mod permission;
 pub mod present;
 pub mod prompt;
+pub mod redact;
 pub mod rpc;
 pub mod sandbox;
 pub mod session;

@@ -334,12 +334,12 @@ fn unreachable_sandbox_exec() -> anyhow::Result<ExitCode> {
     anyhow::bail!("sandbox-exec is handled before the other commands")
 }
 
-/// Opens the `--trace` file (or `LATHE_TRACE`), when one is named; the
-/// config's secrets are redacted from it.
+/// Tells the redaction the config's secrets (for the log and the trace),
+/// and opens the `--trace` file (or `LATHE_TRACE`) when one is named.
 fn start_trace(path: Option<&std::path::Path>, config: Option<&Config>) -> anyhow::Result<()> {
+    lathe::redact::set_secrets(config.map(lathe::redact::secrets_of).unwrap_or_default());
     let Some(path) = path.filter(|path| !path.as_os_str().is_empty()) else { return Ok(()) };
-    let secrets = config.map(lathe::trace::secrets_of).unwrap_or_default();
-    lathe::trace::install(path, secrets).with_context(|| format!("cannot open the trace file {}", path.display()))?;
+    lathe::trace::install(path).with_context(|| format!("cannot open the trace file {}", path.display()))?;
     Ok(())
 }
 
@@ -359,9 +359,13 @@ fn init_logging(level: Option<&str>, file: Option<&std::path::Path>, default: &s
                 .append(true)
                 .open(path)
                 .with_context(|| format!("cannot open the log file {}", path.display()))?;
-            builder.with_ansi(false).with_writer(std::sync::Mutex::new(file)).init();
+            builder.with_ansi(false).with_writer(lathe::redact::LogWriter::new(std::sync::Mutex::new(file))).init();
         }
-        None => builder.with_ansi(std::io::stderr().is_terminal()).with_writer(std::io::stderr).init(),
+        // Every line redacted (lathe::redact): a URL's password, a known secret.
+        None => builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .with_writer(lathe::redact::LogWriter::new(std::io::stderr))
+            .init(),
     }
     Ok(())
 }
@@ -387,11 +391,20 @@ fn greet(config: &Config) {
             }
         }
         (ConfigSource::Discovered { server, .. }, Some(model)) => {
-            eprintln!("model:  {} at {}, found running here: {server}", shown(&model.model), model.base_url);
+            eprintln!(
+                "model:  {} at {}, found running here: {server}",
+                shown(&model.model),
+                shown(&lathe::redact::url(&model.base_url))
+            );
             eprintln!("        (no config file; `lathe setup` writes one)");
         }
         (ConfigSource::File(_) | ConfigSource::Environment, Some(model)) => {
-            eprintln!("model:  {} ({}) at {}", shown(&model.key), shown(&model.model), model.base_url)
+            eprintln!(
+                "model:  {} ({}) at {}",
+                shown(&model.key),
+                shown(&model.model),
+                shown(&lathe::redact::url(&model.base_url))
+            )
         }
     }
     eprintln!("check:  `lathe doctor` checks the config, the model endpoint and the data directory");

@@ -298,7 +298,7 @@ pub fn model_list(config: &Config, current: &str) -> String {
         .values()
         .map(|m| {
             let marker = if m.key == current { " (current)" } else { "" };
-            format!("- `{}`: {} at {}{marker}", m.key, m.model, m.base_url)
+            format!("- `{}`: {} at {}{marker}", m.key, m.model, crate::redact::url(&m.base_url))
         })
         .collect();
     format!("Configured models:\n{}\n\nSwitch with `/model <name>`.", list.join("\n"))

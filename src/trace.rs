@@ -3,13 +3,12 @@
 //! one JSON line each with a timestamp (`ts`) and a direction (`dir`:
 //! `client->lathe`, `lathe->client`, `lathe->model`, `model->lathe`).
 //!
-//! Redacted before it reaches the file: the configured API keys and
-//! secret-looking header values, MCP servers' environment values and
-//! tokens, the values of the variables lathe treats as secrets, every
-//! `Authorization`-like header, every JSON field named like a credential
-//! (`apiKey`, `token`, `password`, ...), `{"name": "GITHUB_TOKEN", "value":
-//! ...}` pairs (ACP's MCP `env` and `headers`), and `Bearer <token>`
-//! anywhere in a string.
+//! Redacted before it reaches the file, by [`crate::redact`] (the one
+//! redaction lathe has): the known secrets (API keys, every MCP server's
+//! `env` and `headers` values, URL passwords, ...), URL userinfo, every
+//! `Authorization`-like header, every JSON field named like a credential,
+//! and `Bearer <token>` anywhere; and, across records, a secret streamed in
+//! pieces ([`crate::redact::Window`]).
 //!
 //! Off the hot path: a hook only copies the bytes it is given into a
 //! bounded queue (at most [`MAX_QUEUED`] records and [`MAX_QUEUED_BYTES`]);
@@ -32,9 +31,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
-use crate::config::{Config, McpTransport};
+use crate::redact::{Redactor, Window};
 
 /// Most records waiting to be written.
 pub const MAX_QUEUED: usize = 4096;
@@ -42,10 +41,7 @@ pub const MAX_QUEUED: usize = 4096;
 pub const MAX_QUEUED_BYTES: usize = 64 * 1024 * 1024;
 /// Longest [`finish`] waits for the file to take what is queued.
 const FINISH_WAIT: Duration = Duration::from_secs(2);
-/// What replaces a secret.
-pub const REDACTED: &str = "[redacted]";
-/// Shorter configured values are not searched for in text (too many false hits).
-const MIN_SECRET_CHARS: usize = 6;
+pub use crate::redact::REDACTED;
 
 static TRACE: OnceLock<Tracer> = OnceLock::new();
 
@@ -113,20 +109,22 @@ impl Payload {
     }
 }
 
-/// Starts tracing to `path` (created 0600, appended to), with `secrets`
-/// (see [`secrets_of`]) redacted. Once per process; a second call fails.
-pub fn install(path: &Path, secrets: Vec<String>) -> std::io::Result<()> {
+/// Starts tracing to `path` (created 0600, appended to), with the secrets
+/// lathe knows of ([`crate::redact::global`], as they are when each record
+/// is written) redacted. Once per process; a second call fails.
+pub fn install(path: &Path) -> std::io::Result<()> {
     let file = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(path)?;
-    let tracer = Tracer::start(Box::new(file), secrets, MAX_QUEUED, MAX_QUEUED_BYTES)?;
+    let tracer = Tracer::start(Box::new(file), None, MAX_QUEUED, MAX_QUEUED_BYTES)?;
     TRACE.set(tracer).map_err(|_| std::io::Error::other("a trace is already being written"))
 }
 
 impl Tracer {
     /// A tracer writing to `out` on a thread of its own, holding at most
-    /// `capacity` records and `max_bytes` bytes in its queue.
+    /// `capacity` records and `max_bytes` bytes in its queue, redacting
+    /// `secrets` (the process's, [`crate::redact::global`], when `None`).
     fn start(
         out: Box<dyn std::io::Write + Send>,
-        secrets: Vec<String>,
+        secrets: Option<Vec<String>>,
         capacity: usize,
         max_bytes: usize,
     ) -> std::io::Result<Tracer> {
@@ -135,7 +133,8 @@ impl Tracer {
         let dropped = std::sync::Arc::new(AtomicU64::new(0));
         let writer = Writer {
             file: std::io::BufWriter::with_capacity(64 * 1024, out),
-            redactor: Redactor::new(secrets),
+            secrets: secrets.map(|secrets| std::sync::Arc::new(Redactor::new(secrets))),
+            window: Window::default(),
             queued_bytes: std::sync::Arc::clone(&queued_bytes),
             dropped: std::sync::Arc::clone(&dropped),
         };
@@ -242,175 +241,12 @@ pub fn model_event(data: &str) {
     record(Direction::FromModel, || Payload::Event(data.to_owned()));
 }
 
-/// The values in `config` that must never be written out: API keys,
-/// secret-looking model headers, MCP servers' environment values, tokens
-/// and secret-looking headers, and the values of the variables children
-/// are denied as secrets.
-pub fn secrets_of(config: &Config) -> Vec<String> {
-    let mut secrets = Vec::new();
-    for model in config.models.values() {
-        secrets.extend(model.api_key.as_ref().map(|key| key.expose().to_owned()));
-        for (name, value) in &model.headers {
-            if secret_name(name) {
-                secrets.push(value.clone());
-            }
-        }
-    }
-    for server in &config.mcp_servers {
-        match &server.transport {
-            McpTransport::Stdio { env, .. } => secrets.extend(env.iter().map(|(_, value)| value.clone())),
-            McpTransport::Http { headers, .. } | McpTransport::Sse { headers, .. } => {
-                for (name, value) in headers {
-                    if secret_name(name) {
-                        secrets.push(value.clone());
-                        secrets.extend(bearer_token(value).map(str::to_owned));
-                    }
-                }
-            }
-        }
-    }
-    for name in &config.children.secret_vars {
-        secrets.extend(std::env::var(name).ok());
-    }
-    secrets
-}
-
-fn bearer_token(value: &str) -> Option<&str> {
-    let (scheme, token) = value.trim().split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then_some(token.trim())
-}
-
-/// Whether a header, field or variable of this name holds a credential.
-pub fn secret_name(name: &str) -> bool {
-    let name: String = name.chars().filter(|c| c.is_ascii_alphanumeric()).collect::<String>().to_ascii_lowercase();
-    ["auth", "key", "token", "secret", "password", "passwd", "cookie", "credential", "session"]
-        .iter()
-        .any(|word| name.contains(word))
-}
-
-/// Takes secrets out of text and JSON.
-#[derive(Debug, Clone, Default)]
-pub struct Redactor {
-    secrets: Vec<String>,
-}
-
-impl Redactor {
-    /// A redactor for these values (short and empty ones are ignored).
-    pub fn new(secrets: Vec<String>) -> Redactor {
-        let mut secrets: Vec<String> =
-            secrets.into_iter().filter(|s| s.trim().chars().count() >= MIN_SECRET_CHARS).collect();
-        // Longest first, so a key containing another is replaced whole.
-        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
-        secrets.dedup();
-        Redactor { secrets }
-    }
-
-    /// `text` with every known secret and every bearer token replaced.
-    pub fn text(&self, text: &str) -> String {
-        let mut text = text.to_owned();
-        for secret in &self.secrets {
-            if text.contains(secret.as_str()) {
-                text = text.replace(secret.as_str(), REDACTED);
-            }
-        }
-        redact_bearer(&text)
-    }
-
-    /// Redacts `value` in place: credential-named fields, name/value pairs
-    /// naming a credential, and every string as [`Redactor::text`] does.
-    pub fn value(&self, value: &mut Value) {
-        match value {
-            Value::String(text) => *text = self.text(text),
-            Value::Array(items) => items.iter_mut().for_each(|item| self.value(item)),
-            Value::Object(fields) => {
-                let pair_names_secret =
-                    fields.get("name").and_then(Value::as_str).is_some_and(secret_name) && fields.contains_key("value");
-                for (name, field) in fields.iter_mut() {
-                    let hide = (field.is_string() || field.is_number())
-                        && (secret_field(name) || (pair_names_secret && name == "value"));
-                    if hide {
-                        *field = Value::String(REDACTED.to_owned());
-                    } else {
-                        self.value(field);
-                    }
-                }
-            }
-            Value::Null | Value::Bool(_) | Value::Number(_) => {}
-        }
-    }
-
-    /// Bytes that may be JSON: redacted JSON if they parse, else redacted text.
-    fn json_or_text(&self, bytes: &[u8]) -> Value {
-        match serde_json::from_slice::<Value>(bytes) {
-            Ok(mut value) => {
-                self.value(&mut value);
-                value
-            }
-            Err(_) => Value::String(self.text(&String::from_utf8_lossy(bytes))),
-        }
-    }
-
-    fn headers(&self, headers: &[(String, Vec<u8>)]) -> Value {
-        let mut out = Map::new();
-        for (name, value) in headers {
-            let shown =
-                if secret_name(name) { REDACTED.to_owned() } else { self.text(&String::from_utf8_lossy(value)) };
-            out.insert(name.clone(), Value::String(shown));
-        }
-        Value::Object(out)
-    }
-}
-
-/// A JSON field that holds a credential by its very name. Narrower than
-/// [`secret_name`]: `sessionId` or `max_tokens` are not secrets.
-fn secret_field(name: &str) -> bool {
-    let name: String = name.chars().filter(|c| c.is_ascii_alphanumeric()).collect::<String>().to_ascii_lowercase();
-    matches!(
-        name.as_str(),
-        "authorization"
-            | "proxyauthorization"
-            | "apikey"
-            | "xapikey"
-            | "token"
-            | "accesstoken"
-            | "refreshtoken"
-            | "idtoken"
-            | "bearertoken"
-            | "password"
-            | "secret"
-            | "clientsecret"
-            | "cookie"
-    )
-}
-
-/// `Bearer <token>` (any case) with the token replaced.
-fn redact_bearer(text: &str) -> String {
-    let lower = text.to_ascii_lowercase();
-    if !lower.contains("bearer ") {
-        return text.to_owned();
-    }
-    let mut out = String::with_capacity(text.len());
-    let mut rest = 0;
-    let mut search = 0;
-    while let Some(found) = lower[search..].find("bearer ") {
-        let start = search + found + "bearer ".len();
-        let token_end = text[start..]
-            .find(|c: char| c.is_whitespace() || c == '"' || c == '\'' || c == ',')
-            .map_or(text.len(), |end| start + end);
-        if token_end > start {
-            out.push_str(&text[rest..start]);
-            out.push_str(REDACTED);
-            rest = token_end;
-        }
-        search = token_end.max(start);
-    }
-    out.push_str(&text[rest..]);
-    out
-}
-
 struct Writer {
     file: std::io::BufWriter<Box<dyn std::io::Write + Send>>,
-    redactor: Redactor,
+    /// Fixed secrets (tests); `None`: the process's.
+    secrets: Option<std::sync::Arc<Redactor>>,
+    /// The ends of streamed fields, for secrets cut across records.
+    window: Window,
     queued_bytes: std::sync::Arc<AtomicUsize>,
     dropped: std::sync::Arc<AtomicU64>,
 }
@@ -448,22 +284,32 @@ impl Writer {
         }
     }
 
+    fn redactor(&self) -> std::sync::Arc<Redactor> {
+        self.secrets.clone().unwrap_or_else(crate::redact::global)
+    }
+
     fn write(&mut self, value: &Value) {
         let mut line = match serde_json::to_string(value) {
             Ok(line) => line,
             Err(err) => format!("{{\"type\":\"unencodable\",\"error\":{:?}}}", err.to_string()),
         };
         // Belt and braces: nothing known to be secret leaves, whatever its place.
-        line = self.redactor.text(&line);
+        line = self.redactor().text(&line);
         line.push('\n');
         let _ = self.file.write_all(line.as_bytes());
     }
 
-    fn encode(&self, entry: Entry) -> Value {
+    fn encode(&mut self, entry: Entry) -> Value {
         let mut out = json!({"ts": timestamp(entry.at), "dir": entry.direction.as_str()});
-        let redactor = &self.redactor;
+        let redactor = self.redactor();
+        let redactor = &*redactor;
+        let stream = entry.direction.as_str();
         let fields = match entry.payload {
-            Payload::JsonRpc(line) => json!({"type": "jsonrpc", "message": redactor.json_or_text(&line)}),
+            Payload::JsonRpc(line) => {
+                let mut message = redactor.json_or_text(&line);
+                self.window.stitch(redactor, stream, &mut message);
+                json!({"type": "jsonrpc", "message": message})
+            }
             Payload::HttpRequest { method, url, headers, body } => json!({
                 "type": "http_request",
                 "method": method,
@@ -480,7 +326,11 @@ impl Writer {
             Payload::HttpError { url, error } => {
                 json!({"type": "http_error", "url": redactor.text(&url), "error": redactor.text(&error)})
             }
-            Payload::Event(data) => json!({"type": "sse_event", "data": redactor.json_or_text(data.as_bytes())}),
+            Payload::Event(data) => {
+                let mut data = redactor.json_or_text(data.as_bytes());
+                self.window.stitch(redactor, stream, &mut data);
+                json!({"type": "sse_event", "data": data})
+            }
         };
         if let (Value::Object(out), Value::Object(fields)) = (&mut out, fields) {
             out.extend(fields);
@@ -496,38 +346,6 @@ fn timestamp(at: SystemTime) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn redacts_known_values_fields_pairs_and_bearer_tokens() {
-        let redactor = Redactor::new(vec!["sk-live-123456".into(), "abc".into()]);
-        assert_eq!(redactor.text("key sk-live-123456 here"), "key [redacted] here");
-        assert_eq!(redactor.text("abc stays (too short to search for)"), "abc stays (too short to search for)");
-        assert_eq!(redactor.text("Authorization: Bearer zzz9, next"), "Authorization: Bearer [redacted], next");
-        let mut value = json!({
-            "params": {"sessionId": "sess_1", "apiKey": "x", "mcpServers": [{
-                "env": [{"name": "GITHUB_TOKEN", "value": "ghp_x"}, {"name": "PAGER", "value": "cat"}],
-                "headers": [{"name": "Authorization", "value": "Basic x"}]}],
-            "text": "my key is sk-live-123456"},
-            "max_tokens": 100,
-        });
-        redactor.value(&mut value);
-        assert_eq!(value["params"]["sessionId"], "sess_1");
-        assert_eq!(value["params"]["apiKey"], REDACTED);
-        assert_eq!(value["params"]["mcpServers"][0]["env"][0]["value"], REDACTED);
-        assert_eq!(value["params"]["mcpServers"][0]["env"][1]["value"], "cat");
-        assert_eq!(value["params"]["mcpServers"][0]["headers"][0]["value"], REDACTED);
-        assert_eq!(value["params"]["text"], "my key is [redacted]");
-        assert_eq!(value["max_tokens"], 100);
-        let headers = redactor.headers(&[
-            ("authorization".into(), b"Bearer sk".to_vec()),
-            ("x-api-key".into(), b"k".to_vec()),
-            ("content-type".into(), b"application/json".to_vec()),
-        ]);
-        assert_eq!(
-            headers,
-            json!({"authorization": REDACTED, "x-api-key": REDACTED, "content-type": "application/json"})
-        );
-    }
 
     /// A sink that takes nothing until its gate opens, then keeps what it is given.
     struct Gated {
@@ -559,7 +377,7 @@ mod tests {
         let (open, gate) = mpsc::channel();
         let kept = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let sink = Gated { gate, open: false, kept: std::sync::Arc::clone(&kept) };
-        let tracer = Tracer::start(Box::new(sink), vec!["sk-secret-key".into()], 4, 1 << 20).unwrap();
+        let tracer = Tracer::start(Box::new(sink), Some(vec!["sk-secret-key".into()]), 4, 1 << 20).unwrap();
         let line = br#"{"jsonrpc":"2.0","method":"x","params":{"key":"sk-secret-key"}}"#;
         for _ in 0..1000 {
             // Returns at once: the writer is stuck in its first write.
@@ -581,12 +399,5 @@ mod tests {
         let dropped: u64 = records.iter().filter_map(|r| r["count"].as_u64()).sum();
         assert_eq!(kept + dropped, 1001, "every record is written or counted");
         assert!(!written.contains("sk-secret-key"));
-    }
-
-    #[test]
-    fn bearer_at_the_end_and_twice() {
-        assert_eq!(redact_bearer("bearer a bearer b"), "bearer [redacted] bearer [redacted]");
-        assert_eq!(redact_bearer("Bearer "), "Bearer ");
-        assert_eq!(redact_bearer("no token"), "no token");
     }
 }

@@ -45,8 +45,11 @@ pub fn config_options(config: &Config, session: &Session) -> Vec<SessionConfigOp
         .models
         .values()
         .map(|model| {
-            SessionConfigSelectOption::new(model.key.clone(), model.display_name.clone())
-                .description(format!("{} at {}", model.model, model.base_url))
+            SessionConfigSelectOption::new(model.key.clone(), model.display_name.clone()).description(format!(
+                "{} at {}",
+                model.model,
+                crate::redact::url(&model.base_url)
+            ))
         })
         .collect();
     let modes: Vec<SessionConfigSelectOption> = Mode::ALL

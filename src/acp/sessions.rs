@@ -586,7 +586,10 @@ fn mcp_server(server: &agent_client_protocol_schema::v1::McpServer) -> Option<cr
             return None;
         }
     };
-    Some(crate::config::McpServer { name, transport, sandbox: false })
+    let server = crate::config::McpServer { name, transport, sandbox: false };
+    // Its env and headers are secrets from now on, whatever their names.
+    crate::redact::learn(crate::redact::server_secrets(&server));
+    Some(server)
 }
 
 fn absolute_dir(path: &std::path::Path, field: &str) -> Result<PathBuf, RpcError> {

@@ -685,7 +685,10 @@ impl UpstreamService {
         let response = match tokio::time::timeout(self.response_timeout, self.http.execute(request)).await {
             Ok(Ok(response)) => response,
             Ok(Err(err)) => {
-                return Err(ModelError::Connect { url: self.base_url.clone(), detail: describe_reqwest(&err) });
+                return Err(ModelError::Connect {
+                    url: crate::redact::url(&self.base_url),
+                    detail: describe_reqwest(&err),
+                });
             }
             Err(_) => return Err(ModelError::ResponseTimeout(self.response_timeout)),
         };
@@ -720,7 +723,10 @@ impl UpstreamService {
         let response = match tokio::time::timeout(self.response_timeout, self.http.execute(request)).await {
             Ok(Ok(response)) => response,
             Ok(Err(err)) => {
-                return failed(ModelError::Connect { url: self.base_url.clone(), detail: describe_reqwest(&err) });
+                return failed(ModelError::Connect {
+                    url: crate::redact::url(&self.base_url),
+                    detail: describe_reqwest(&err),
+                });
             }
             Err(_) => return failed(ModelError::ResponseTimeout(self.response_timeout)),
         };

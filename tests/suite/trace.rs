@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::support::acp_client::{Agent, agent_text, prompt};
+use crate::support::acp_client::{Agent, agent_text, initialize, prompt};
 use crate::support::harness::Harness;
-use crate::support::mock_openai::text_reply;
+use crate::support::mock_openai::{MockOpenAi, content_reply, text_reply};
 
 const KEY: &str = "sk-trace-secret-9876543210";
 
@@ -110,4 +110,80 @@ async fn doctor_is_traced_too() {
     let records = lines(&trace);
     assert!(records.iter().any(|r| r["type"] == "http_request" && r["url"].as_str().unwrap().ends_with("/v1/models")));
     assert!(records.iter().any(|r| r["type"] == "http_error"));
+}
+
+/// Secrets outside the key variable (issue 29): a password in `base_url`,
+/// and the values of MCP servers' `env` whatever their names (the config's
+/// and the editor's), never reach the trace, the log, the model picker sent
+/// to the editor, or `lathe doctor`; the URL is shown with `***`. A secret
+/// the model streams in pieces, across deltas, is caught in the trace too.
+#[tokio::test]
+async fn secrets_outside_the_key_variable_are_never_written() {
+    const URL_PASSWORD: &str = "url-pass-5150";
+    const PAT: &str = "ghp_pat-value-31337";
+    const DB_PASSWORD: &str = "db-pass-2718";
+    const EDITOR_VALUE: &str = "editor-env-value-4242";
+    let mock = MockOpenAi::start().await;
+    let home = tempfile::tempdir().unwrap();
+    let base_url = mock.base_url().replacen("http://", &format!("http://lathe-user:{URL_PASSWORD}@"), 1);
+    let config = home.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[models.m]\nbase_url = {base_url:?}\nmodel = \"m\"\ncontext_window = 32768\n\
+             [mcp_servers.db]\ncommand = \"/nonexistent/db-mcp\"\n\
+             env = {{ GH_PAT = {PAT:?}, DATABASE_URL = \"postgres://admin:{DB_PASSWORD}@db/app\" }}\n"
+        ),
+    )
+    .unwrap();
+    let trace = home.path().join("trace.jsonl");
+    let (config_arg, trace_arg) = (config.to_string_lossy().into_owned(), trace.to_string_lossy().into_owned());
+    let mut agent =
+        Agent::spawn(&["--config", &config_arg, "--trace", &trace_arg, "--log-level", "debug"], &[], home.path());
+    initialize(&mut agent, serde_json::json!({})).await;
+    let cwd = home.path().to_string_lossy().into_owned();
+    let editor_server = serde_json::json!({"name": "ed", "command": "/nonexistent/ed-mcp", "args": [],
+        "env": [{"name": "PLAIN_NAME", "value": EDITOR_VALUE}]});
+    let id = agent.request("session/new", serde_json::json!({"cwd": cwd, "mcpServers": [editor_server]})).await;
+    let (_, created) = agent.response(id).await;
+    let session = created["result"]["sessionId"].as_str().expect("a session").to_owned();
+    let picker = created["result"].to_string();
+    assert!(picker.contains("m at http://***@127.0.0.1:"), "{picker}");
+    // The model streams the PAT it read somewhere, in three pieces.
+    mock.push(content_reply(&["The token is ghp_pat-", "value-", "31337, keep it safe."]));
+    let id = prompt(&mut agent, &session, "what is the token?").await;
+    let (messages, response) = agent.response(id).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    assert!(agent_text(&messages).contains(PAT), "the editor gets the answer as it is");
+    finish(&mut agent).await;
+
+    let doctor = tokio::process::Command::new(env!("CARGO_BIN_EXE_lathe"))
+        .args(["doctor", "--config", &config_arg])
+        .env("HOME", home.path())
+        .env("XDG_DATA_HOME", home.path().join("data"))
+        .env("NO_PROXY", "127.0.0.1")
+        .env_remove("LATHE_TRACE")
+        .output()
+        .await
+        .unwrap();
+    let report = String::from_utf8_lossy(&doctor.stdout).into_owned();
+    assert!(report.contains("http://***@127.0.0.1:"), "{report}");
+
+    let config_secrets = [URL_PASSWORD, PAT, DB_PASSWORD, EDITOR_VALUE];
+    // The editor is shown the model's answer as it is; nothing else.
+    let mut editor = agent.raw_stdout_lines().join("\n");
+    for piece in ["The token is ghp_pat-", "value-", "31337, keep it safe."] {
+        editor = editor.replace(piece, "");
+    }
+    let written = [
+        ("the trace", std::fs::read_to_string(&trace).unwrap()),
+        ("the log", agent.stderr()),
+        ("the editor's messages", editor),
+        ("doctor", format!("{report}{}", String::from_utf8_lossy(&doctor.stderr))),
+    ];
+    for (what, text) in &written {
+        for secret in config_secrets.iter().chain(&["ghp_pat-", "value-31337"]) {
+            assert!(!text.contains(secret), "{secret} is in {what}: {text}");
+        }
+    }
 }
