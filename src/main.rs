@@ -117,7 +117,9 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    init_logging(cli.log_level.as_deref(), cli.log_file.as_deref(), "warn,lathe=info")?;
+    // An editor shows lathe's stderr to the user (agent-shell prints every
+    // line as a notice): warnings and errors only.
+    init_logging(cli.log_level.as_deref(), cli.log_file.as_deref(), SERVE_LOG_FILTER)?;
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
     let Some(config) = session_config(&cli, &runtime)? else { return Ok(ExitCode::from(2)) };
@@ -280,9 +282,9 @@ fn run_command(cli: Cli, command: Command) -> anyhow::Result<ExitCode> {
 
 /// `lathe exec` and `lathe chat` (see `lathe::term`).
 fn run_terminal(cli: Cli, command: Command) -> anyhow::Result<ExitCode> {
-    // On a terminal front end, stderr is the user's screen: errors only
-    // (what a warning would say, such as a retry, is shown there already).
-    init_logging(cli.log_level.as_deref(), cli.log_file.as_deref(), "error")?;
+    // On a terminal front end a person reads stderr: what lathe found and
+    // did (the model's limits, servers started) is for them too.
+    init_logging(cli.log_level.as_deref(), cli.log_file.as_deref(), TERMINAL_LOG_FILTER)?;
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
     let Some(config) = session_config(&cli, &runtime)? else { return Ok(ExitCode::from(lathe::term::exit::USAGE)) };
@@ -343,6 +345,13 @@ fn start_trace(path: Option<&std::path::Path>, config: Option<&Config>) -> anyho
     Ok(())
 }
 
+/// The log filter when serving ACP and neither `--log-level` nor `RUST_LOG` says otherwise.
+const SERVE_LOG_FILTER: &str = "warn";
+
+/// The log filter of `exec` and `chat` by default: lathe's own news, the
+/// libraries' warnings.
+const TERMINAL_LOG_FILTER: &str = "warn,lathe=info";
+
 fn init_logging(level: Option<&str>, file: Option<&std::path::Path>, default: &str) -> anyhow::Result<()> {
     use tracing_subscriber::EnvFilter;
     let filter = match level {
@@ -354,9 +363,13 @@ fn init_logging(level: Option<&str>, file: Option<&std::path::Path>, default: &s
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     match file {
         Some(path) => {
+            use std::os::unix::fs::OpenOptionsExt as _;
+            // Private like every other file lathe writes (logs can quote
+            // prompts, paths and server messages).
             let file = std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
+                .mode(0o600)
                 .open(path)
                 .with_context(|| format!("cannot open the log file {}", path.display()))?;
             builder.with_ansi(false).with_writer(lathe::redact::LogWriter::new(std::sync::Mutex::new(file))).init();

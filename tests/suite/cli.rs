@@ -94,6 +94,63 @@ fn logs_never_touch_stdout() {
     assert!(logged.contains("lathe"), "{logged}");
 }
 
+/// Serving ACP, lathe logs warnings and errors only unless told otherwise
+/// (issue 29): editors show every stderr line to the user (agent-shell as a
+/// notice between the prompt and the reply). `--log-level` still says more.
+#[test]
+fn serving_acp_logs_warnings_only_by_default() {
+    use std::io::Write as _;
+    let dir = tempfile::tempdir().unwrap();
+    let serve = |extra: &[&str]| {
+        let mut child = lathe()
+            .args(extra)
+            .env_remove("RUST_LOG")
+            .env("HOME", dir.path())
+            .env("XDG_CONFIG_HOME", dir.path())
+            .env("XDG_DATA_HOME", dir.path())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let cwd = dir.path().display();
+        let lines = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{{\"protocolVersion\":1}}}}\n\
+             {{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"session/new\",\"params\":{{\"cwd\":\"{cwd}\",\"mcpServers\":[]}}}}\n"
+        );
+        child.stdin.take().unwrap().write_all(lines.as_bytes()).unwrap();
+        let output = child.wait_with_output().unwrap();
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(stdout.contains("\"id\":1,\"result\"") && stdout.contains("\"id\":2,\"result\""), "{stdout}");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let quiet = serve(&[]);
+    assert!(!quiet.contains("INFO"), "{quiet}");
+    let told = serve(&["--log-level", "info"]);
+    assert!(told.contains("INFO") && told.contains("session created"), "{told}");
+}
+
+/// `--log-file` is created 0600 (issue 29), like every other file lathe
+/// writes: logs can quote prompts, paths and what servers said.
+#[test]
+fn the_log_file_is_private() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("lathe.log");
+    let output = lathe()
+        .args(["--log-level", "trace", "--log-file"])
+        .arg(&log)
+        .env("HOME", dir.path())
+        .env("XDG_CONFIG_HOME", dir.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let mode = std::fs::metadata(&log).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "{mode:o}");
+}
+
 /// Started by hand on a terminal, lathe says on stderr what it is, which
 /// config and model it found and how to connect an editor, then serves the
 /// terminal. Under a pipe (an editor) it says nothing of the kind. The

@@ -22,7 +22,9 @@ use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::{Layer as _, filter};
 
-/// The binary's default filter (src/main.rs), used when the test sets no `RUST_LOG`.
+/// The filter used when the test sets no `RUST_LOG`: lathe's own `info`
+/// lines, which tests read (what `exec` and `chat` log by default; serving
+/// ACP the binary logs `warn` only, see src/main.rs).
 pub const DEFAULT_FILTER: &str = "warn,lathe=info";
 
 #[derive(Clone)]
