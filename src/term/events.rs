@@ -305,8 +305,7 @@ impl Screen {
         if ready.trim().is_empty() {
             return;
         }
-        let safe = shown(&ready, Lines::Many);
-        let rendered = self.skin.term_text(&safe).to_string();
+        let rendered = render_markdown(&self.skin, &ready);
         let mut stdout = std::io::stdout().lock();
         let _ = write!(stdout, "{rendered}");
         let _ = stdout.flush();
@@ -405,6 +404,23 @@ fn result_lines(paint: Paint, kind: ToolKind, content: Option<&[DisplayContent]>
     lines
 }
 
+/// Column bars (`|`) in one line of a block past which the block is shown
+/// as plain text: termimad lays a table out in time quadratic in its columns (a
+/// 4,000-column row took 1.5 s, 100,000 would take many minutes), and no
+/// table worth reading has this many.
+const MAX_TABLE_CELLS: usize = 64;
+
+/// A block of the model's answer for the terminal, escaped
+/// ([`shown`]): rendered as Markdown, or as the plain text it is when a
+/// line of it would be a table too wide to lay out in bounded time.
+fn render_markdown(skin: &termimad::MadSkin, block: &str) -> String {
+    let safe = shown(block, Lines::Many);
+    if safe.lines().any(|line| line.matches('|').nth(MAX_TABLE_CELLS).is_some()) {
+        return safe.into_owned();
+    }
+    skin.term_text(&safe).to_string()
+}
+
 /// Answer text waiting to be rendered: Markdown is rendered a block at a
 /// time, once the block is complete (a blank line outside a code fence).
 #[derive(Default)]
@@ -455,6 +471,37 @@ impl Markdown {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The model's Markdown nested 100,000 deep (block quotes, lists, links,
+    /// emphasis, a code span; issue 29) renders as `chat` renders it,
+    /// without a stack overflow: termimad reads a line and its spans at a
+    /// time, never as a tree. A table 100,000 columns wide (termimad's
+    /// layout is quadratic in columns: many minutes) is shown as the plain
+    /// text it is.
+    #[test]
+    fn deeply_nested_markdown_renders() {
+        let deep = 100_000;
+        let skin = termimad::MadSkin::no_style();
+        for text in [
+            format!("{} quoted\n", ">".repeat(deep)),
+            format!("{}item\n", "* ".repeat(deep)),
+            format!("{}\n", "  - a\n".repeat(deep)),
+            format!("{}x{}\n", "[".repeat(deep), "](u)".repeat(deep)),
+            format!("{}x{}\n", "**".repeat(deep), "**".repeat(deep)),
+            format!("{}x{}\n", "*_".repeat(deep), "_*".repeat(deep)),
+            format!("{}\n", "`".repeat(deep)),
+        ] {
+            // It ends, and on this thread's stack (some shapes render empty).
+            render_markdown(&skin, &text);
+        }
+        let wide = format!("{}|\n", "|a".repeat(deep));
+        assert_eq!(render_markdown(&skin, &wide), wide, "shown as it is");
+        let wide_table = format!("|h|h|\n|-|-|\n{}", "|a|b|\n|c|".to_owned() + &"d|".repeat(MAX_TABLE_CELLS) + "\n");
+        assert_eq!(render_markdown(&skin, &wide_table), wide_table);
+        // A table of ordinary width is still laid out as one.
+        let table = "|h|i|\n|-|-|\n|a|b|\n";
+        assert_ne!(render_markdown(&skin, table), table);
+    }
 
     #[test]
     fn markdown_is_cut_at_blank_lines_outside_fences() {
