@@ -416,6 +416,31 @@ fn cpu_seconds(pid: u32) -> f64 {
     ticks / 100.0
 }
 
+/// A 2 MB page of one tag with a quarter of a million attributes: slow to
+/// convert whatever the bounds (the tokenizer checks each new attribute
+/// against all the others), minutes of CPU time unbounded.
+fn attribute_flood() -> String {
+    let mut flood = String::from("<html><body><p ");
+    let mut n = 0;
+    while flood.len() < 2_000_000 {
+        flood.push_str(&format!("a{n} "));
+        n += 1;
+    }
+    flood.push_str(">text</p></body></html>");
+    flood
+}
+
+/// Waits until lathe's CPU time stops growing after a conversion was
+/// stopped: the conversion thread notices within milliseconds; it gets half
+/// a second, then lathe must stay idle for 2 s.
+async fn assert_idle_after(pid: u32, what: &str) {
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = cpu_seconds(pid);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let idle = cpu_seconds(pid) - after;
+    assert!(idle < 0.2, "lathe used {idle:.2} s of CPU in the 2 s after {what}");
+}
+
 /// A page that is slow to convert whatever the bounds (one tag with a
 /// quarter of a million attributes: the tokenizer checks each new attribute
 /// against all the others) stops converting when the call is cancelled:
@@ -426,14 +451,7 @@ async fn cancelling_stops_a_slow_conversion() {
     let mut h = Harness::process("", &[]).await;
     let web = WebServer::start().await;
     let session = h.session().await;
-    let mut flood = String::from("<html><body><p ");
-    let mut n = 0;
-    while flood.len() < 2_000_000 {
-        flood.push_str(&format!("a{n} "));
-        n += 1;
-    }
-    flood.push_str(">text</p></body></html>");
-    web.route("/flood", Route::ok("text/html", flood));
+    web.route("/flood", Route::ok("text/html", attribute_flood()));
     script_fetches(&h, &[&web.url("/flood")]);
     let mut editor = FakeEditor::answering(&[Permission::Select("allow_once")]);
     let id = prompt(&mut h.agent, &session, "read it").await;
@@ -459,10 +477,25 @@ async fn cancelling_stops_a_slow_conversion() {
     let (before, response) = h.agent.response(id).await;
     assert_eq!(response["result"]["stopReason"], "cancelled", "{response}");
     assert_eq!(final_status(&before, "call_0"), "failed");
-    // The conversion thread notices within milliseconds; give it half a second.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let after_cancel = cpu_seconds(pid);
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let idle = cpu_seconds(pid) - after_cancel;
-    assert!(idle < 0.2, "lathe used {idle:.2} s of CPU in the 2 s after the cancel");
+    assert_idle_after(pid, "the cancel").await;
+}
+
+/// A hostile page ends the call within the fetch's own time limit
+/// (`[network] response_timeout_secs`, here 3 s) with a message to the
+/// model, and the conversion stops with it (issue 29): the time limit used
+/// to answer the model while the conversion went on, on a blocking thread
+/// nobody could stop, until it finished or aborted lathe.
+#[tokio::test]
+async fn a_slow_page_ends_within_the_fetch_time_limit() {
+    let mut h = Harness::process("[network]\nresponse_timeout_secs = 3\n", &[]).await;
+    let web = WebServer::start().await;
+    let session = h.session().await;
+    web.route("/flood", Route::ok("text/html", attribute_flood()));
+    script_fetches(&h, &[&web.url("/flood")]);
+    let (before, response, _) = run(&mut h, &session, &[Permission::Select("allow_once")]).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    assert_eq!(final_status(&before, "call_0"), "failed");
+    let result = told(&h, 0);
+    assert!(result.contains("took longer than 3 s; gave up"), "{result}");
+    assert_idle_after(h.agent.pid(), "the time limit").await;
 }
