@@ -113,8 +113,8 @@ async fn doctor_is_traced_too() {
 }
 
 /// Secrets outside the key variable (issue 29): a password in `base_url`,
-/// and the values of MCP servers' `env` whatever their names (the config's
-/// and the editor's), never reach the trace, the log, the model picker sent
+/// and the values of MCP servers' `env` and `headers` whatever their names
+/// (the config's and the editor's), never reach the trace, the log, the model picker sent
 /// to the editor, or `lathe doctor`; the URL is shown with `***`. A secret
 /// the model streams in pieces, across deltas, is caught in the trace too.
 #[tokio::test]
@@ -123,6 +123,8 @@ async fn secrets_outside_the_key_variable_are_never_written() {
     const PAT: &str = "ghp_pat-value-31337";
     const DB_PASSWORD: &str = "db-pass-2718";
     const EDITOR_VALUE: &str = "editor-env-value-4242";
+    const HEADER_VALUE: &str = "team-header-value-777";
+    const EDITOR_HEADER: &str = "editor-header-value-8080";
     let mock = MockOpenAi::start().await;
     let home = tempfile::tempdir().unwrap();
     let base_url = mock.base_url().replacen("http://", &format!("http://lathe-user:{URL_PASSWORD}@"), 1);
@@ -132,7 +134,8 @@ async fn secrets_outside_the_key_variable_are_never_written() {
         format!(
             "[models.m]\nbase_url = {base_url:?}\nmodel = \"m\"\ncontext_window = 32768\n\
              [mcp_servers.db]\ncommand = \"/nonexistent/db-mcp\"\n\
-             env = {{ GH_PAT = {PAT:?}, DATABASE_URL = \"postgres://admin:{DB_PASSWORD}@db/app\" }}\n"
+             env = {{ GH_PAT = {PAT:?}, DATABASE_URL = \"postgres://admin:{DB_PASSWORD}@db/app\" }}\n\
+             [mcp_servers.web]\nurl = \"http://127.0.0.1:9/mcp\"\nheaders = {{ X-Team = {HEADER_VALUE:?} }}\n"
         ),
     )
     .unwrap();
@@ -144,7 +147,10 @@ async fn secrets_outside_the_key_variable_are_never_written() {
     let cwd = home.path().to_string_lossy().into_owned();
     let editor_server = serde_json::json!({"name": "ed", "command": "/nonexistent/ed-mcp", "args": [],
         "env": [{"name": "PLAIN_NAME", "value": EDITOR_VALUE}]});
-    let id = agent.request("session/new", serde_json::json!({"cwd": cwd, "mcpServers": [editor_server]})).await;
+    let editor_web = serde_json::json!({"type": "http", "name": "edweb", "url": "http://127.0.0.1:9/mcp",
+        "headers": [{"name": "X-Plain", "value": EDITOR_HEADER}]});
+    let id =
+        agent.request("session/new", serde_json::json!({"cwd": cwd, "mcpServers": [editor_server, editor_web]})).await;
     let (_, created) = agent.response(id).await;
     let session = created["result"]["sessionId"].as_str().expect("a session").to_owned();
     let picker = created["result"].to_string();
@@ -169,7 +175,7 @@ async fn secrets_outside_the_key_variable_are_never_written() {
     let report = String::from_utf8_lossy(&doctor.stdout).into_owned();
     assert!(report.contains("http://***@127.0.0.1:"), "{report}");
 
-    let config_secrets = [URL_PASSWORD, PAT, DB_PASSWORD, EDITOR_VALUE];
+    let config_secrets = [URL_PASSWORD, PAT, DB_PASSWORD, EDITOR_VALUE, HEADER_VALUE, EDITOR_HEADER];
     // The editor is shown the model's answer as it is; nothing else.
     let mut editor = agent.raw_stdout_lines().join("\n");
     for piece in ["The token is ghp_pat-", "value-", "31337, keep it safe."] {
