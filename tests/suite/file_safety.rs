@@ -472,3 +472,56 @@ async fn refusals_that_do_not_depend_on_the_answer_ask_nothing() {
     assert!(tool_result(first, "call_s").contains("Cannot run in"), "{}", tool_result(first, "call_s"));
     assert_eq!(std::fs::read_to_string(&notes).unwrap(), "replaced\n");
 }
+
+/// The stale-file rule and the size cap are decided before the question too
+/// (issue 29): in `ask` mode, a write over a file that changed in the editor
+/// since the model read it, and a read of a file outside the project past
+/// the size cap, are refused with nothing asked (the editor would allow
+/// both), and nothing is written.
+#[tokio::test]
+async fn stale_and_oversized_files_are_refused_before_asking() {
+    // Stale: the user changes the buffer after the model's read.
+    let mut h = Harness::start().await;
+    let notes = h.project.join("notes.md");
+    std::fs::write(&notes, "keep me\n").unwrap();
+    let session = h.session_with(json!({"fs": {"readTextFile": true, "writeTextFile": true}})).await;
+    h.mock.push(tool_call_reply(&[("call_r", "read_file", json!({"path": "notes.md"}))]));
+    h.mock.push(tool_call_reply(&[("call_w", "write_file", json!({"path": "notes.md", "content": "replaced\n"}))]));
+    h.mock.push(text_reply("Changed meanwhile."));
+    let id = prompt(&mut h.agent, &session, "replace the notes").await;
+    let mut editor = FakeEditor::answering(&[Permission::Select("allow_once")]);
+    let (messages, response) = h
+        .agent
+        .response_answering(id, |request| {
+            let answer = editor.answer(request);
+            if request["method"] == "fs/read_text_file" && request["params"]["path"] == notes.to_str().unwrap() {
+                editor.buffers.insert(notes.clone(), "the user's edit\n".to_owned());
+            }
+            answer
+        })
+        .await;
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    assert!(editor.requests_for("session/request_permission").is_empty(), "{:?}", editor.requests);
+    assert_eq!(final_status(&messages, "call_w"), "failed");
+    let stale = tool_result(&h.mock.chat_requests()[2].body, "call_w");
+    assert!(stale.starts_with("notes.md changed since you last read it"), "{stale}");
+    assert!(stale.contains("the user's edit"), "the current text: {stale}");
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), "keep me\n");
+
+    // Too large: lathe reads the disk itself (no fs/* from the editor).
+    let mut h = Harness::start().await;
+    let outside = tempfile::tempdir().unwrap();
+    let huge = outside.path().join("huge.log");
+    std::fs::File::create(&huge).unwrap().set_len(64 * 1024 * 1024 + 1).unwrap();
+    let session = h.session().await;
+    h.mock.push(tool_call_reply(&[("call_big", "read_file", json!({"path": huge.to_string_lossy()}))]));
+    h.mock.push(text_reply("Too big."));
+    let id = prompt(&mut h.agent, &session, "read the log").await;
+    let mut editor = FakeEditor::answering(&[Permission::Select("allow_once")]);
+    let (messages, response) = h.agent.response_answering(id, |request| editor.answer(request)).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    assert!(editor.requests.is_empty(), "{:?}", editor.requests);
+    assert_eq!(final_status(&messages, "call_big"), "failed");
+    let big = tool_result(&h.mock.chat_requests()[1].body, "call_big");
+    assert!(big.contains("is too large to read"), "{big}");
+}
