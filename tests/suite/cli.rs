@@ -96,15 +96,20 @@ fn logs_never_touch_stdout() {
 
 /// Serving ACP, lathe logs warnings and errors only unless told otherwise
 /// (issue 29): editors show every stderr line to the user (agent-shell as a
-/// notice between the prompt and the reply). `--log-level` still says more.
+/// notice between the prompt and the reply). `--log-level` and `RUST_LOG`
+/// still say more.
 #[test]
 fn serving_acp_logs_warnings_only_by_default() {
     use std::io::Write as _;
     let dir = tempfile::tempdir().unwrap();
-    let serve = |extra: &[&str]| {
-        let mut child = lathe()
+    let serve = |extra: &[&str], rust_log: Option<&str>| {
+        let mut command = lathe();
+        match rust_log {
+            Some(filter) => command.env("RUST_LOG", filter),
+            None => command.env_remove("RUST_LOG"),
+        };
+        let mut child = command
             .args(extra)
-            .env_remove("RUST_LOG")
             .env("HOME", dir.path())
             .env("XDG_CONFIG_HOME", dir.path())
             .env("XDG_DATA_HOME", dir.path())
@@ -125,10 +130,12 @@ fn serving_acp_logs_warnings_only_by_default() {
         assert!(stdout.contains("\"id\":1,\"result\"") && stdout.contains("\"id\":2,\"result\""), "{stdout}");
         String::from_utf8_lossy(&output.stderr).into_owned()
     };
-    let quiet = serve(&[]);
+    let quiet = serve(&[], None);
     assert!(!quiet.contains("INFO"), "{quiet}");
-    let told = serve(&["--log-level", "info"]);
+    let told = serve(&["--log-level", "info"], None);
     assert!(told.contains("INFO") && told.contains("session created"), "{told}");
+    let told = serve(&[], Some("lathe=info"));
+    assert!(told.contains("INFO") && told.contains("session created"), "RUST_LOG: {told}");
 }
 
 /// `--log-file` is created 0600 (issue 29), like every other file lathe

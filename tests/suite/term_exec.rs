@@ -185,6 +185,37 @@ async fn the_prompt_comes_from_stdin_and_stdout_carries_only_the_answer() {
     assert!(!stderr.contains('\u{1b}'), "no colour when stderr is not a terminal: {stderr:?}");
 }
 
+/// Where a person reads stderr (`exec`, like `chat`), lathe's own info lines
+/// are shown by default (issue 29; serving ACP logs warnings only);
+/// `--log-level` and `RUST_LOG` still choose.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_logs_lathes_info_lines_by_default() {
+    let term = Term::start("").await;
+    let exec = |args: &[&str], rust_log: Option<&str>| {
+        let mut command = term.std_command(&[&["exec"], args, &["say hi"]].concat());
+        match rust_log {
+            Some(filter) => command.env("RUST_LOG", filter),
+            None => command.env_remove("RUST_LOG"),
+        };
+        let mut command = tokio::process::Command::from(command);
+        command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+        async move {
+            let output = tokio::time::timeout(Duration::from_secs(60), command.output()).await.unwrap().unwrap();
+            assert_eq!(code(&output), 0, "{}", text(&output.stderr));
+            text(&output.stderr)
+        }
+    };
+    term.mock.push(text_reply("hi"));
+    let stderr = exec(&[], None).await;
+    assert!(stderr.contains(" INFO lathe"), "{stderr}");
+    term.mock.push(text_reply("hi"));
+    let stderr = exec(&["--log-level", "warn"], None).await;
+    assert!(!stderr.contains("INFO"), "{stderr}");
+    term.mock.push(text_reply("hi"));
+    let stderr = exec(&[], Some("warn")).await;
+    assert!(!stderr.contains("INFO"), "RUST_LOG: {stderr}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_terminal_the_default_mode_refuses_a_write() {
     let term = Term::start("").await;
