@@ -102,8 +102,11 @@ fn logs_never_touch_stdout() {
 fn serving_acp_logs_warnings_only_by_default() {
     use std::io::Write as _;
     let dir = tempfile::tempdir().unwrap();
+    // A model session/new accepts (nothing listens there; nothing asks it).
+    let config = crate::support::write_config(dir.path(), "http://127.0.0.1:9/v1", "");
     let serve = |extra: &[&str], rust_log: Option<&str>| {
         let mut command = lathe();
+        command.arg("--config").arg(&config);
         match rust_log {
             Some(filter) => command.env("RUST_LOG", filter),
             None => command.env_remove("RUST_LOG"),
