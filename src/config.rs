@@ -236,6 +236,20 @@ pub struct ModelConfig {
     pub headers: BTreeMap<String, String>,
     /// Extra top-level JSON fields merged into each request body.
     pub extra_body: serde_json::Map<String, serde_json::Value>,
+    /// What a million prompt tokens cost, for `usage_update.cost` when the
+    /// server reports no cost of its own.
+    pub price_input_per_mtok: Option<f64>,
+    /// What a million generated tokens cost.
+    pub price_output_per_mtok: Option<f64>,
+}
+
+impl ModelConfig {
+    /// What a request that used these tokens cost at the configured prices;
+    /// `None` unless both prices are configured.
+    pub fn priced(&self, input_tokens: u64, output_tokens: u64) -> Option<f64> {
+        let (input, output) = (self.price_input_per_mtok?, self.price_output_per_mtok?);
+        Some((input_tokens as f64 * input + output_tokens as f64 * output) / 1_000_000.0)
+    }
 }
 
 impl fmt::Debug for ModelConfig {
@@ -276,6 +290,8 @@ impl ModelConfig {
             text_tool_calls: TextToolCalls::Auto,
             headers: BTreeMap::new(),
             extra_body: serde_json::Map::new(),
+            price_input_per_mtok: None,
+            price_output_per_mtok: None,
         }
     }
 }
@@ -723,6 +739,8 @@ struct ModelToml {
     headers: BTreeMap<String, String>,
     #[serde(default)]
     extra_body: toml::Table,
+    price_input_per_mtok: Option<f64>,
+    price_output_per_mtok: Option<f64>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -1045,6 +1063,19 @@ fn model_config(
         }
         None => None,
     };
+    for (field, price) in
+        [("price_input_per_mtok", m.price_input_per_mtok), ("price_output_per_mtok", m.price_output_per_mtok)]
+    {
+        if let Some(price) = price
+            && !(price.is_finite() && price >= 0.0)
+        {
+            return Err((at(field), format!("{price} is not a price (a number, 0 or more)")));
+        }
+    }
+    if m.price_input_per_mtok.is_some() != m.price_output_per_mtok.is_some() {
+        let missing = if m.price_input_per_mtok.is_none() { "price_input_per_mtok" } else { "price_output_per_mtok" };
+        return Err((at(missing), "is needed too: give both prices or neither".to_owned()));
+    }
     let max_tokens_field = m.max_tokens_field.unwrap_or_else(|| default_max_tokens_field(&m.base_url));
     Ok(ModelConfig {
         display_name: m.display_name.unwrap_or_else(|| m.model.clone()),
@@ -1070,6 +1101,8 @@ fn model_config(
         text_tool_calls: m.text_tool_calls.unwrap_or_default(),
         headers: m.headers,
         extra_body,
+        price_input_per_mtok: m.price_input_per_mtok,
+        price_output_per_mtok: m.price_output_per_mtok,
     })
 }
 
@@ -1528,6 +1561,29 @@ max_output_tokens = 8192
         assert_eq!(PromptProfile::for_window(16_385), PromptProfile::Standard);
     }
 
+    /// Prices per million tokens: both or neither, numbers of 0 or more;
+    /// a request's cost follows from them.
+    #[test]
+    fn model_prices() {
+        let model = |extra: &str| {
+            parse(&format!("[models.m]\nbase_url = \"http://x/v1\"\nmodel = \"a\"\n{extra}"))
+                .map(|config| config.default_model().cloned().unwrap())
+        };
+        let priced = model("price_input_per_mtok = 3.0\nprice_output_per_mtok = 15").unwrap();
+        let cost = priced.priced(1_000_000, 200_000).unwrap();
+        assert!((cost - 6.0).abs() < 1e-9, "{cost}");
+        assert_eq!(model("").unwrap().priced(10, 10), None);
+        for (bad, key) in [
+            ("price_input_per_mtok = 3.0", "models.m.price_output_per_mtok"),
+            ("price_output_per_mtok = 3.0", "models.m.price_input_per_mtok"),
+            ("price_input_per_mtok = -1.0\nprice_output_per_mtok = 1.0", "models.m.price_input_per_mtok"),
+            ("price_input_per_mtok = \"cheap\"\nprice_output_per_mtok = 1.0", "models.m.price_input_per_mtok"),
+        ] {
+            let err = model(bad).unwrap_err().to_string();
+            assert!(err.contains(key), "{bad}: {err}");
+        }
+    }
+
     /// A server URL needs a scheme and a host: `"http://"` alone is refused,
     /// for a model's base_url and an MCP server's url alike.
     #[test]
@@ -1726,6 +1782,13 @@ max_output_tokens = 8192
         let zero = text.replace("\n# keep_days = 90\n", "\nkeep_days = 0\n");
         let err = Config::from_toml_str(&zero, Path::new("config.example.toml"), &no_env).unwrap_err().to_string();
         assert!(err.contains("sessions.keep_days"), "{err}");
+        let priced = text.replace(
+            "\n# price_input_per_mtok = 1.25\n# price_output_per_mtok = 10.0\n",
+            "\nprice_input_per_mtok = 1.25\nprice_output_per_mtok = 10.0\n",
+        );
+        let priced = Config::from_toml_str(&priced, Path::new("config.example.toml"), &no_env).unwrap();
+        let cost = priced.models["openai"].priced(1_000_000, 100_000).unwrap();
+        assert!((cost - 2.25).abs() < 1e-9, "the example prices parse and price: {cost}");
         let off = text.replace("\nfetch = true\n", "\nfetch = false\n");
         let off = Config::from_toml_str(&off, Path::new("config.example.toml"), &no_env).unwrap();
         assert_eq!(off.tools, ToolSettings { fetch: false }, "[tools] fetch = false turns the tool off");

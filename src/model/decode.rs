@@ -65,16 +65,18 @@ impl FinishReason {
 }
 
 /// Token counts of one request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Usage {
     /// Prompt tokens.
     pub input_tokens: u64,
     /// Generated tokens.
     pub output_tokens: u64,
+    /// What the request cost, when the server said.
+    pub cost: Option<f64>,
 }
 
 /// Everything one model response produced.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ModelOutput {
     /// The answer text.
     pub text: String,
@@ -499,7 +501,7 @@ fn to_usage(usage: WireUsage) -> Usage {
         Some(total) if usage.completion_tokens == 0 && total > usage.prompt_tokens => total - usage.prompt_tokens,
         _ => usage.completion_tokens,
     };
-    Usage { input_tokens: usage.prompt_tokens, output_tokens }
+    Usage { input_tokens: usage.prompt_tokens, output_tokens, cost: usage.cost }
 }
 
 #[cfg(test)]
@@ -579,7 +581,20 @@ mod tests {
         assert_eq!(out.text, "Hello");
         assert_eq!(out.reasoning, "think morex");
         assert_eq!(out.finish_reason, FinishReason::Stop);
-        assert_eq!(out.usage, Some(Usage { input_tokens: 11, output_tokens: 7 }));
+        assert_eq!(out.usage, Some(Usage { input_tokens: 11, output_tokens: 7, cost: None }));
+    }
+
+    /// OpenRouter's `usage.cost` is the request's cost; anything but a
+    /// number of 0 or more is no cost, never a failed stream.
+    #[test]
+    fn usage_may_carry_the_cost() {
+        for (cost, expected) in [(json!(0.0021), Some(0.0021)), (json!("0.1"), None), (json!(-1.0), None)] {
+            let (_, out) = run(vec![
+                finish("stop"),
+                json!({"choices":[],"usage":{"prompt_tokens":11,"completion_tokens":7,"cost":cost}}),
+            ]);
+            assert_eq!(out.usage, Some(Usage { input_tokens: 11, output_tokens: 7, cost: expected }), "{cost}");
+        }
     }
 
     #[test]

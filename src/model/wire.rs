@@ -384,7 +384,7 @@ pub struct FunctionDelta {
 }
 
 /// Token usage as servers report it.
-#[derive(Debug, Default, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, Copy, Deserialize, PartialEq)]
 pub struct WireUsage {
     /// Tokens in the prompt.
     #[serde(default)]
@@ -395,6 +395,16 @@ pub struct WireUsage {
     /// Their sum, when given.
     #[serde(default)]
     pub total_tokens: Option<u64>,
+    /// What the request cost, when the server says (OpenRouter's `usage.cost`, in credits of one US dollar).
+    #[serde(default, deserialize_with = "lenient_cost")]
+    pub cost: Option<f64>,
+}
+
+/// A cost that is a finite number of 0 or more; anything else (a string, a
+/// negative number) is no cost rather than a failed stream.
+fn lenient_cost<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<f64>, D::Error> {
+    let value = serde_json::Value::deserialize(deserializer)?;
+    Ok(value.as_f64().filter(|cost| cost.is_finite() && *cost >= 0.0))
 }
 
 fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>

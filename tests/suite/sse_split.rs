@@ -77,7 +77,7 @@ fn fixture_outcome() -> SseOutcome {
                 ToolCallRequest { id: "call_b".into(), name: "grep".into(), arguments: r#"{"pattern":"✓"}"#.into() },
             ],
             finish_reason: FinishReason::ToolCalls,
-            usage: Some(Usage { input_tokens: 12, output_tokens: 34 }),
+            usage: Some(Usage { input_tokens: 12, output_tokens: 34, cost: None }),
             refused: false,
             oversized: Vec::new(),
         }),
