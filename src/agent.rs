@@ -32,14 +32,17 @@ use crate::model::{
     FinishReason, Message, ModelClient, ModelError, ModelEvent, ModelOutput, OversizedCall, ResponseStream,
     StreamDecoder, ToolCallRequest, ToolDefinition, UserPart,
 };
-use crate::permission::{Answer, Approver, Mode, PermissionQuestion, Policy, Verdict};
+use crate::permission::{
+    Answer, Approver, AskError, Mode, PermissionQuestion, Policy, UserChoice, UserQuestion, UserReply, Verdict,
+};
 use crate::prompt::SystemPrompt;
+use crate::session::Steers;
 use crate::session::{Conversation, UsageMark};
 use crate::sync::lock;
 use crate::tools::fetch::HostTrust;
 use crate::tools::{
-    self, Access, CANCELLED_RESULT, Description, DisplayContent, ExternalCall, ExternalTools, Host, Location,
-    OutcomeStatus, PlanItem, PreparedCall, Progress, Tool, ToolContext, ToolKind, ToolLimits, ToolOutcome,
+    self, Access, CANCELLED_RESULT, Description, DisplayContent, ExternalCall, ExternalTools, Host, Interaction,
+    Location, OutcomeStatus, PlanItem, PreparedCall, Progress, Tool, ToolContext, ToolKind, ToolLimits, ToolOutcome,
 };
 
 /// Something the user should see, in the order it happened.
@@ -67,7 +70,36 @@ pub enum AgentEvent {
         title: String,
         /// What kind of work it does.
         kind: ToolKind,
+        /// The tool's name, as the model called it.
+        name: String,
     },
+    /// A message from the user that the turn read between two model
+    /// requests: a steer (see [`crate::session::Session::steer`]).
+    UserText {
+        /// Identifies the message.
+        message_id: Arc<str>,
+        /// The text.
+        text: String,
+    },
+    /// A warning the user should see once, that is not part of the
+    /// conversation (an MCP server that could not start, a model that takes
+    /// no tools).
+    Notice {
+        /// What it is about, in a few words.
+        title: String,
+        /// The whole warning, as a message would say it.
+        text: String,
+    },
+    /// The plan written in plan mode, in Markdown, complete (it replaces
+    /// any earlier one).
+    PlanDocument {
+        /// The plan.
+        markdown: String,
+    },
+    /// The turn switched the session's mode (the user approved a plan).
+    ModeChanged(Mode),
+    /// The history is being summarised to fit the context window.
+    Compaction(CompactionEvent),
     /// A tool call changed.
     ToolCallUpdated {
         /// The call.
@@ -85,7 +117,44 @@ pub enum AgentEvent {
         size: u64,
         /// Whether `used` is lathe's estimate (the server reported no usage).
         estimated: bool,
+        /// What the session's requests cost so far, when known.
+        cost: Option<f64>,
     },
+}
+
+/// A compaction's progress (see [`Compactor`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum CompactionEvent {
+    /// It began.
+    Started {
+        /// Identifies it within the session.
+        id: Arc<str>,
+    },
+    /// A piece of the summary, as the model writes it.
+    Summary {
+        /// The compaction.
+        id: Arc<str>,
+        /// The text.
+        text: String,
+    },
+    /// It ended.
+    Finished {
+        /// The compaction.
+        id: Arc<str>,
+        /// How.
+        outcome: CompactionOutcome,
+    },
+}
+
+/// How a compaction ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CompactionOutcome {
+    /// The history was replaced by this summary.
+    Completed(String),
+    /// The summary request failed; the history is as it was.
+    Failed(String),
+    /// The user cancelled; the history is as it was.
+    Cancelled,
 }
 
 /// The status of a tool call as the user sees it.
@@ -196,6 +265,9 @@ pub struct Turn<'a> {
     pub external: Option<&'a dyn ExternalTools>,
     /// How the conversation is kept within the model's window.
     pub context: &'a ContextSettings,
+    /// Where steering messages wait (see [`crate::session::Session::steer`]);
+    /// `None` for a turn nobody steers.
+    pub steers: Option<&'a Steers>,
 }
 
 /// The tools one request offers: the built-ins, or the external source's
@@ -203,6 +275,8 @@ pub struct Turn<'a> {
 enum Offered<'a> {
     Builtin(&'a [ToolDefinition]),
     WithExternal(Arc<[ToolDefinition]>),
+    /// Either, then `exit_plan_mode` (see [`Conversation::plan_tools`]).
+    WithPlan(Vec<ToolDefinition>),
 }
 
 impl Deref for Offered<'_> {
@@ -212,9 +286,13 @@ impl Deref for Offered<'_> {
         match self {
             Offered::Builtin(tools) => tools,
             Offered::WithExternal(tools) => tools,
+            Offered::WithPlan(tools) => tools,
         }
     }
 }
+
+/// The message the model reads with a prompt given in plan mode.
+const PLAN_MODE_NOTE: &str = include_str!("../prompts/plan_mode.md");
 
 /// A call ready to run: a built-in tool's, or an external tool's with the
 /// source that runs it.
@@ -236,9 +314,22 @@ impl Turn<'_> {
     /// asks for tools (they run, their results are appended, and the model is
     /// sampled again) or is the final answer (the turn ends). On cancel the
     /// result is `Ok(StopReason::Cancelled)`, never an error.
-    pub async fn run(&self, conversation: &mut Conversation, user: Vec<UserPart>) -> Result<StopReason, TurnError> {
+    pub async fn run(&self, conversation: &mut Conversation, mut user: Vec<UserPart>) -> Result<StopReason, TurnError> {
         let mut turn_start = conversation.messages().len();
         conversation.turn_usage = None;
+        // Steers left by a turn that ended before reading them (cancelled,
+        // or the process ended), or sent while this one waited: they join
+        // the prompt (one user message: strict chat templates want user and
+        // assistant to alternate).
+        for parts in self.steers.map(Steers::take).unwrap_or_default() {
+            self.show_steer(&parts);
+            user.extend(parts);
+        }
+        if self.mode() == Mode::Plan {
+            // Said with the prompt, not in the system prompt: the request's
+            // prefix stays the same whatever the mode.
+            user.push(UserPart::Text { text: PLAN_MODE_NOTE.trim().to_owned() });
+        }
         conversation.push(Message::User { parts: user });
         if let Some(external) = self.external {
             // Servers still starting get their (bounded) chance before the
@@ -249,8 +340,7 @@ impl Turn<'_> {
                 return Ok(StopReason::Cancelled);
             }
             for text in notices {
-                let message_id = Arc::from(format!("notice_{}", uuid::Uuid::new_v4().simple()));
-                self.events.emit(AgentEvent::AgentText { message_id, text });
+                self.events.emit(AgentEvent::Notice { title: "An MCP server is unavailable".to_owned(), text });
             }
         }
         // The model's window (maybe asked of the server, once) decides the
@@ -265,6 +355,12 @@ impl Turn<'_> {
                 return Ok(StopReason::MaxTurnRequests);
             }
             requests += 1;
+            if requests > 1 {
+                self.read_steers(conversation);
+            }
+            if self.mode() == Mode::Plan {
+                conversation.plan_tools = true;
+            }
             if self.needs_compaction(conversation) {
                 match self.compact(conversation, Some(turn_start)).await {
                     Compaction::Done { turn_start: moved } => turn_start = moved,
@@ -291,12 +387,18 @@ impl Turn<'_> {
                 Some(usage) => usage.input_tokens + usage.output_tokens,
                 None => self.estimate(conversation) + estimate_text_tokens(&output.text),
             };
-            self.events.emit(AgentEvent::Usage { used, size, estimated: output.usage.is_none() });
             if let Some(usage) = output.usage {
                 let total = conversation.turn_usage.get_or_insert_default();
                 total.input_tokens += usage.input_tokens;
                 total.output_tokens += usage.output_tokens;
+                // The server's own figure, else the configured prices.
+                let cost = usage.cost.or_else(|| self.client.model().priced(usage.input_tokens, usage.output_tokens));
+                if let Some(cost) = cost {
+                    *conversation.cost.get_or_insert(0.0) += cost;
+                }
             }
+            let cost = conversation.cost;
+            self.events.emit(AgentEvent::Usage { used, size, estimated: output.usage.is_none(), cost });
             let refused = output.refused || output.finish_reason == FinishReason::ContentFilter;
             let finish_reason = output.finish_reason.clone();
             let tool_calls = output.tool_calls.clone();
@@ -333,10 +435,41 @@ impl Turn<'_> {
                 return Ok(StopReason::MaxTokens);
             }
             if tool_calls.is_empty() {
+                // A steer that came while the model answered is read by
+                // another request of this turn, not left for the next one.
+                if self.steers.is_some_and(Steers::is_waiting) {
+                    continue;
+                }
                 return Ok(StopReason::EndTurn);
             }
             if self.run_tools(conversation, &tool_calls, &oversized, from_text).await == Flow::Cancelled {
                 return Ok(StopReason::Cancelled);
+            }
+        }
+    }
+
+    /// The session's current mode.
+    fn mode(&self) -> Mode {
+        lock(self.workspace.policy).mode()
+    }
+
+    /// Appends the steering messages that came since the last request, as
+    /// the user's, and shows them.
+    fn read_steers(&self, conversation: &mut Conversation) {
+        let Some(steers) = self.steers else { return };
+        for parts in steers.take() {
+            self.show_steer(&parts);
+            conversation.push(Message::User { parts });
+        }
+    }
+
+    /// Shows a steering message's text as the user's.
+    fn show_steer(&self, parts: &[UserPart]) {
+        let message_id: Arc<str> = Arc::from(format!("steer_{}", uuid::Uuid::new_v4().simple()));
+        for part in parts {
+            if let UserPart::Text { text } = part {
+                let (message_id, text) = (Arc::clone(&message_id), text.clone());
+                self.events.emit(AgentEvent::UserText { message_id, text });
             }
         }
     }
@@ -359,7 +492,7 @@ impl Turn<'_> {
             } else if let Some(too_big) = too_big {
                 (self.too_big(call, too_big.bytes), Flow::Continue)
             } else {
-                self.run_tool(call, from_text).await
+                self.run_tool(call, from_text, conversation.plan_tools).await
             };
             conversation.push(self.tool_result(call, result));
             if flow == Flow::Cancelled {
@@ -374,27 +507,34 @@ impl Turn<'_> {
     }
 
     /// The tools the session has (before the model's profile and refusals).
-    fn offered(&self) -> Offered<'_> {
-        match self.external {
+    /// With `plan`, `exit_plan_mode` after the rest ([`Conversation::plan_tools`]).
+    fn offered(&self, plan: bool) -> Offered<'_> {
+        let offered = match self.external {
             Some(external) => Offered::WithExternal(external.definitions()),
             None => Offered::Builtin(self.tools),
+        };
+        if !plan {
+            return offered;
         }
+        let mut tools = offered.to_vec();
+        tools.push(tools::plan_definition(crate::config::PromptProfile::Standard).clone());
+        Offered::WithPlan(tools)
     }
 
     /// The size of the next request, in tokens (see [`estimate_tokens`]).
     fn estimate(&self, conversation: &Conversation) -> u64 {
-        let offered = self.offered();
+        let offered = self.offered(conversation.plan_tools);
         let request = Request::new(self.client, &conversation.system_prompt, &offered);
         estimate_tokens(conversation, request.system_prompt, &request.tools)
     }
 
     /// Parses and describes a call: a built-in tool's, else an external
     /// tool's. The error is a message for the model.
-    fn prepare(&self, call: &ToolCallRequest) -> Result<(Runnable<'_>, ToolKind, Description), String> {
-        // A built-in the configuration leaves out (`[tools] fetch = false`)
-        // is no tool at all.
+    fn prepare(&self, call: &ToolCallRequest, plan: bool) -> Result<(Runnable<'_>, ToolKind, Description), String> {
+        // A built-in the configuration leaves out (`[tools] fetch = false`),
+        // or `exit_plan_mode` before plan mode, is no tool at all.
         if Tool::from_name(&call.name).is_some() {
-            let offered = self.offered();
+            let offered = self.offered(plan);
             if !offered.iter().any(|definition| definition.name() == call.name) {
                 let known: Vec<&str> = offered.iter().map(ToolDefinition::name).collect();
                 return Err(format!(
@@ -414,7 +554,7 @@ impl Turn<'_> {
                 }
                 Some(Err(message)) => Err(message),
                 None => {
-                    let offered = external.definitions();
+                    let offered = self.offered(plan);
                     let known: Vec<&str> = offered.iter().map(ToolDefinition::name).collect();
                     Err(format!("There is no tool named \"{}\". Available tools: {}.", call.name, known.join(", ")))
                 }
@@ -533,12 +673,13 @@ impl Turn<'_> {
     }
 
     /// One call: describe it, judge it, maybe ask, run it, report it.
-    /// `from_text`: the call was read from the model's answer text.
+    /// `from_text`: the call was read from the model's answer text; `plan`:
+    /// `exit_plan_mode` is among the tools (see [`Conversation::plan_tools`]).
     /// Returns the result for the model.
-    async fn run_tool(&self, call: &ToolCallRequest, from_text: bool) -> (String, Flow) {
+    async fn run_tool(&self, call: &ToolCallRequest, from_text: bool, plan: bool) -> (String, Flow) {
         let workspace = &self.workspace;
         let raw_input = serde_json::from_str::<serde_json::Value>(&call.arguments).ok();
-        let (mut runnable, kind, description) = match self.prepare(call) {
+        let (mut runnable, kind, description) = match self.prepare(call, plan) {
             Ok(prepared) => prepared,
             Err(message) => {
                 // Show what the model sent, then why it cannot run.
@@ -557,6 +698,11 @@ impl Turn<'_> {
                 ..ToolCallChange::default()
             },
         );
+        if let Runnable::Builtin(prepared) = &runnable
+            && let Some(interaction) = prepared.interaction()
+        {
+            return self.interact(call, interaction, &description).await;
+        }
         let call_id = call.id.clone();
         let progress = move |progress: Progress| match progress {
             Progress::Terminal(terminal_id) => self.update(
@@ -635,6 +781,146 @@ impl Turn<'_> {
         (for_model, flow)
     }
 
+    /// A call the turn answers by asking the user: the model's question
+    /// (`ask_user`), or whether to run the plan (`exit_plan_mode`, which
+    /// switches the mode when the user says yes, and the turn goes on). The
+    /// answer is the call's result; a cancel ends the wait like any other.
+    async fn interact(
+        &self,
+        call: &ToolCallRequest,
+        interaction: Interaction,
+        description: &Description,
+    ) -> (String, Flow) {
+        let question = match interaction {
+            Interaction::Ask(args) => {
+                if args.question.trim().is_empty() {
+                    let message = "Not asked: the question is empty.".to_owned();
+                    self.finish_call(&call.id, ToolOutcome::failed(message.clone()));
+                    return (message, Flow::Continue);
+                }
+                let choices = args
+                    .choices
+                    .iter()
+                    .filter(|label| !label.trim().is_empty())
+                    .enumerate()
+                    .map(|(n, label)| UserChoice {
+                        id: format!("choice_{}", n + 1),
+                        label: label.clone(),
+                        declines: false,
+                    })
+                    .collect::<Vec<_>>();
+                UserQuestion {
+                    call_id: call.id.clone(),
+                    title: description.title.clone(),
+                    question: args.question,
+                    free_text: args.free_text || choices.is_empty(),
+                    choices,
+                    approval: false,
+                    preview: Vec::new(),
+                }
+            }
+            Interaction::ExitPlan(plan) => {
+                if self.mode() != Mode::Plan {
+                    let message = "Not asked: the session is not in plan mode, so there is no plan to approve. Go on \
+                                   with the task."
+                        .to_owned();
+                    self.finish_call(&call.id, ToolOutcome::failed(message.clone()));
+                    return (message, Flow::Continue);
+                }
+                self.events.emit(AgentEvent::PlanDocument { markdown: plan.clone() });
+                let run = |mode: Mode, label: &str| UserChoice {
+                    id: format!("run_{}", mode.id()),
+                    label: label.to_owned(),
+                    declines: false,
+                };
+                UserQuestion {
+                    call_id: call.id.clone(),
+                    title: description.title.clone(),
+                    question: "Run this plan?".to_owned(),
+                    choices: vec![
+                        run(Mode::Ask, "Yes, and ask before each change"),
+                        run(Mode::AcceptEdits, "Yes, and accept edits"),
+                        run(Mode::Auto, "Yes, in auto mode"),
+                        UserChoice {
+                            id: KEEP_PLANNING.to_owned(),
+                            label: "No, keep planning".to_owned(),
+                            declines: true,
+                        },
+                    ],
+                    free_text: false,
+                    approval: true,
+                    preview: description.preview.clone(),
+                }
+            }
+        };
+        self.update(&call.id, ToolCallChange { status: Some(ToolCallStatus::InProgress), ..ToolCallChange::default() });
+        let reply = match self.workspace.approver.ask_user(&question).or_cancel(self.cancel).await {
+            Err(Cancelled) | Ok(Ok(UserReply::Cancelled)) => {
+                self.finish_call(&call.id, ToolOutcome::cancelled());
+                return (CANCELLED_RESULT.to_owned(), Flow::Cancelled);
+            }
+            Ok(Ok(reply)) => reply,
+            Ok(Err(AskError::NoOneToAsk(why))) => {
+                let message = if question.approval {
+                    format!(
+                        "No one can approve the plan here ({why}). The session stays in plan mode: end your turn with \
+                         the plan as your answer."
+                    )
+                } else {
+                    format!("No one to ask ({why}). Decide yourself, and say what you assumed.")
+                };
+                self.finish_call(&call.id, ToolOutcome::failed(message.clone()));
+                return (message, Flow::Continue);
+            }
+            Ok(Err(AskError::Failed(why))) => {
+                let message = format!("Not asked: {why}.");
+                self.finish_call(&call.id, ToolOutcome::failed(message.clone()));
+                return (message, Flow::Continue);
+            }
+        };
+        let label = |id: &str| question.choices.iter().find(|c| c.id == id).map(|c| c.label.clone());
+        let (for_model, shown) = match (&reply, question.approval) {
+            (UserReply::Chose(id), true) => match Mode::ALL.into_iter().find(|mode| *id == format!("run_{}", mode.id()))
+            {
+                Some(mode) => {
+                    lock(self.workspace.policy).set_mode(mode);
+                    self.events.emit(AgentEvent::ModeChanged(mode));
+                    (
+                        format!(
+                            "The user approved the plan, and the session is now in {} mode. Carry out the plan now.",
+                            mode.id()
+                        ),
+                        format!("Approved: running in {} mode.", mode.name()),
+                    )
+                }
+                None => (
+                    "The user wants to keep planning. Ask what to change, or refine the plan and call exit_plan_mode \
+                     again."
+                        .to_owned(),
+                    "Keep planning.".to_owned(),
+                ),
+            },
+            (UserReply::Chose(id), false) => match label(id) {
+                Some(choice) => (format!("The user chose: {choice}"), format!("Answer: {choice}")),
+                None => (format!("The user chose an answer that was not offered ({id})."), format!("Answer: {id}")),
+            },
+            (UserReply::Wrote(text), _) => (format!("The user answered: {text}"), format!("Answer: {text}")),
+            (UserReply::Declined, true) => (
+                "The user did not approve the plan. Ask what to change, or refine it and call exit_plan_mode again."
+                    .to_owned(),
+                "Not approved.".to_owned(),
+            ),
+            (UserReply::Declined, false) => {
+                ("The user declined to answer.".to_owned(), "The user declined to answer.".to_owned())
+            }
+            (UserReply::Cancelled, _) => (CANCELLED_RESULT.to_owned(), "Cancelled.".to_owned()),
+        };
+        let mut outcome = ToolOutcome::completed(for_model.clone());
+        outcome.content = vec![DisplayContent::Text(shown)];
+        self.finish_call(&call.id, outcome);
+        (for_model, Flow::Continue)
+    }
+
     fn update(&self, id: &str, change: ToolCallChange) {
         self.events.emit(AgentEvent::ToolCallUpdated { id: id.to_owned(), change });
     }
@@ -660,7 +946,7 @@ impl Turn<'_> {
     /// Opens the response stream (see [`open_retrying`]). Tells the user,
     /// once per session, when the model turns out to take no tools.
     async fn open_stream(&self, conversation: &mut Conversation) -> Result<ResponseStream, Sample> {
-        let offered = self.offered();
+        let offered = self.offered(conversation.plan_tools);
         let request = Request::new(self.client, &conversation.system_prompt, &offered);
         let opened = open_retrying(self.client, self.events, self.cancel, (&request, conversation.messages())).await;
         if let Some(reason) = self.client.chat_only()
@@ -668,8 +954,8 @@ impl Turn<'_> {
             && !conversation.told_chat_only
         {
             conversation.told_chat_only = true;
-            let message_id = Arc::from(format!("notice_{}", uuid::Uuid::new_v4().simple()));
-            self.events.emit(AgentEvent::AgentText { message_id, text: chat_only_notice(reason) });
+            let title = "This model takes no tools".to_owned();
+            self.events.emit(AgentEvent::Notice { title, text: chat_only_notice(reason) });
         }
         opened.map_err(|failure| match failure {
             NotOpened::Cancelled => Sample::Cancelled(None),
@@ -687,7 +973,7 @@ impl Turn<'_> {
             Err(ended) => return ended,
         };
         // The tools this request actually offered: a call written as text may name only these.
-        let offered = self.offered();
+        let offered = self.offered(conversation.plan_tools);
         let sent: &[ToolDefinition] = if self.client.chat_only().is_some() { &[] } else { &offered };
         // Calls written as text are read only from a server that needs it.
         let model = self.client.model();
@@ -720,7 +1006,7 @@ impl Turn<'_> {
                         .and_then(|external| external.pending(&name))
                         .unwrap_or_else(|| (name.clone(), ToolKind::Other)),
                 };
-                events.emit(AgentEvent::ToolCallStarted { id: unique.clone(), title, kind });
+                events.emit(AgentEvent::ToolCallStarted { id: unique.clone(), title, kind, name });
                 announced.push((position, unique));
             }
         };
@@ -761,6 +1047,7 @@ impl Turn<'_> {
                                 id: unique.clone(),
                                 title: call.name.clone(),
                                 kind: ToolKind::Other,
+                                name: call.name.clone(),
                             };
                             self.events.emit(started);
                             unique
@@ -802,6 +1089,9 @@ const FROM_TEXT_NOTE: &str = "lathe read this call from the model's answer text;
 tool call. Either the server has no tool-call parser for this model, or the model is quoting a call it read in a \
 file or a page. Allow it only if you expect this call.";
 
+/// The choice of `exit_plan_mode`'s question that keeps the session in plan mode.
+const KEEP_PLANNING: &str = "keep_planning";
+
 /// A call the permission step let through.
 struct Permit {
     /// The user said yes to this very call (not merely a standing rule).
@@ -828,6 +1118,8 @@ fn pending_title(tool: Tool) -> &'static str {
         Tool::Shell => "Run command",
         Tool::UpdatePlan => "Update plan",
         Tool::Fetch => "Fetch",
+        Tool::AskUser => "Ask the user",
+        Tool::ExitPlanMode => "Plan ready",
     }
 }
 
@@ -883,7 +1175,7 @@ impl Turn<'_> {
 
     /// See [`Compactor::compact`].
     pub async fn compact(&self, conversation: &mut Conversation, turn_start: Option<usize>) -> Compaction {
-        let tools = self.offered();
+        let tools = self.offered(conversation.plan_tools);
         let compactor = Compactor { client: self.client, events: self.events, cancel: self.cancel, tools: &tools };
         compactor.compact(conversation, turn_start).await
     }
@@ -924,10 +1216,11 @@ impl Compactor<'_> {
         if split == 0 {
             return Compaction::NothingToDo;
         }
-        self.events.emit(AgentEvent::AgentThought {
-            message_id: Arc::from(format!("compact_{}", uuid::Uuid::new_v4().simple())),
-            text: "Summarising the earlier conversation to stay within the model's context window…\n".to_owned(),
-        });
+        let id: Arc<str> = Arc::from(format!("compact_{}", uuid::Uuid::new_v4().simple()));
+        self.events.emit(AgentEvent::Compaction(CompactionEvent::Started { id: Arc::clone(&id) }));
+        let finished = |outcome| {
+            self.events.emit(AgentEvent::Compaction(CompactionEvent::Finished { id: Arc::clone(&id), outcome }));
+        };
         let mut request: Vec<Message> = messages[..split].to_vec();
         if matches!(request.last(), Some(Message::User { .. })) {
             // Keep user and assistant alternating for strict chat templates.
@@ -941,17 +1234,23 @@ impl Compactor<'_> {
             });
         }
         request.push(Message::User { parts: vec![UserPart::Text { text: COMPACT_PROMPT.trim().to_owned() }] });
-        let summary = match self.complete_text(&conversation.system_prompt, &request).await {
+        let summary = match self.complete_text(&conversation.system_prompt, &request, &id).await {
             Ok(Some(summary)) if !summary.trim().is_empty() => summary,
             Ok(Some(_)) => {
+                finished(CompactionOutcome::Failed("the summary was empty".to_owned()));
                 return Compaction::Failed(ModelError::InvalidResponse("the summary was empty".to_owned()).into());
             }
-            Ok(None) => return Compaction::Cancelled,
+            Ok(None) => {
+                finished(CompactionOutcome::Cancelled);
+                return Compaction::Cancelled;
+            }
             Err(error) => {
                 tracing::warn!(%error, "compaction failed; going on with the full history");
+                finished(CompactionOutcome::Failed(error.to_string()));
                 return Compaction::Failed(error);
             }
         };
+        finished(CompactionOutcome::Completed(summary.trim().to_owned()));
         let tail = conversation.messages()[split..].to_vec();
         let mut compacted = vec![Message::User {
             parts: vec![UserPart::Text {
@@ -984,6 +1283,7 @@ impl Compactor<'_> {
         &self,
         system_prompt: &SystemPrompt,
         messages: &[Message],
+        id: &Arc<str>,
     ) -> Result<Option<String>, TurnError> {
         let request = Request::new(self.client, system_prompt, self.tools);
         let mut stream = match open_retrying(self.client, self.events, self.cancel, (&request, messages)).await {
@@ -992,15 +1292,22 @@ impl Compactor<'_> {
             Err(NotOpened::Failed(error)) => return Err(error),
         };
         let mut decoder = StreamDecoder::new("summary_");
+        // The summary is shown as it is written (to a client that shows compactions).
+        let mut forward = |event: ModelEvent| {
+            if let ModelEvent::Text(text) = event {
+                let summary = CompactionEvent::Summary { id: Arc::clone(id), text };
+                self.events.emit(AgentEvent::Compaction(summary));
+            }
+        };
         loop {
             let Ok(item) = stream.next().or_cancel(self.cancel).await else { return Ok(None) };
             match item {
                 None => {
-                    decoder.end(&mut |_| {});
+                    decoder.end(&mut forward);
                     return Ok(Some(decoder.finish().text));
                 }
                 Some(Ok(chunk)) => {
-                    decoder.push(chunk, &mut |_| {}).map_err(|reported| ModelError::Provider(reported.0))?;
+                    decoder.push(chunk, &mut forward).map_err(|reported| ModelError::Provider(reported.0))?;
                 }
                 Some(Err(error)) => return Err(error.into()),
             }
@@ -1344,13 +1651,14 @@ mod cancelled_write_tests {
             tools: tools::definitions_with(false),
             external: None,
             context: &config.context,
+            steers: None,
         };
         let call = ToolCallRequest {
             id: "call_1".into(),
             name: "write_file".into(),
             arguments: r#"{"path": "new.txt", "content": "hello\n"}"#.into(),
         };
-        let (for_model, flow) = turn.run_tool(&call, false).await;
+        let (for_model, flow) = turn.run_tool(&call, false, false).await;
         assert_eq!(flow, Flow::Cancelled, "the turn stops");
         assert_eq!(for_model, "Created new.txt (1 line).");
         assert_eq!(std::fs::read_to_string(dir.path().join("new.txt")).unwrap(), "hello\n");

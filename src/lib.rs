@@ -77,6 +77,7 @@ pub mod credentials;
 pub mod discover;
 pub mod doctor;
 pub mod errors;
+pub mod fork;
 pub mod fs_guard;
 pub mod http;
 pub mod mcp;

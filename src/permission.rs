@@ -29,6 +29,9 @@ use crate::tools::{Access, DisplayContent, Location, Tool, ToolKind, paths, shel
 pub enum Mode {
     /// Reads and searches only: no edits, no commands.
     ReadOnly,
+    /// Reads, searches and fetches while the model writes a plan; it then
+    /// asks the user to run the plan (`exit_plan_mode`), which switches the mode.
+    Plan,
     /// Ask before every edit and every command (the default).
     Ask,
     /// Edits inside the project without asking; commands still ask.
@@ -43,12 +46,13 @@ pub enum Mode {
 
 impl Mode {
     /// Every mode, in the order editors list them.
-    pub const ALL: [Mode; 5] = [Mode::ReadOnly, Mode::Ask, Mode::AcceptEdits, Mode::Auto, Mode::FullAuto];
+    pub const ALL: [Mode; 6] = [Mode::ReadOnly, Mode::Plan, Mode::Ask, Mode::AcceptEdits, Mode::Auto, Mode::FullAuto];
 
     /// The id used on the wire.
     pub fn id(self) -> &'static str {
         match self {
             Mode::ReadOnly => "read-only",
+            Mode::Plan => "plan",
             Mode::Ask => "ask",
             Mode::AcceptEdits => "accept-edits",
             Mode::Auto => "auto",
@@ -60,6 +64,7 @@ impl Mode {
     pub fn name(self) -> &'static str {
         match self {
             Mode::ReadOnly => "Read only",
+            Mode::Plan => "Plan",
             Mode::Ask => "Ask",
             Mode::AcceptEdits => "Accept edits",
             Mode::Auto => "Auto (sandboxed)",
@@ -71,6 +76,7 @@ impl Mode {
     pub fn description(self) -> &'static str {
         match self {
             Mode::ReadOnly => "Read and search only; no file changes, no commands",
+            Mode::Plan => "Read and search, then propose a plan and ask before running it",
             Mode::Ask => "Ask before every file change and every command",
             Mode::AcceptEdits => "Change files in the project without asking; ask before commands",
             Mode::Auto => {
@@ -186,10 +192,18 @@ pub const ALLOW_OUTSIDE: &str = "allow_outside";
 const READ_ONLY_REFUSAL: &str = "The session is in read-only mode: file changes and commands are not allowed. \
 Describe the change you would make instead, or ask the user to switch to another mode.";
 
-/// The message a refused MCP tool sends back to the model in read-only mode.
-const READ_ONLY_EXTERNAL_REFUSAL: &str = "The session is in read-only mode: only tools that change nothing are \
-allowed, and this MCP server does not mark this tool read-only. Use another tool, or ask the user to switch to \
-another mode.";
+/// The message a refused write or command sends back to the model in plan mode.
+const PLAN_REFUSAL: &str = "The session is in plan mode: read, search and fetch, but change nothing and run nothing. \
+Write your plan, then call exit_plan_mode with it to ask the user to run it.";
+
+/// The message a refused MCP tool sends back to the model in read-only (or plan) mode.
+fn external_refusal(mode: Mode) -> String {
+    format!(
+        "The session is in {} mode: only tools that change nothing are allowed, and this MCP server does not mark \
+         this tool read-only. Use another tool, or ask the user to switch to another mode.",
+        mode.id()
+    )
+}
 
 impl Policy {
     /// A policy in `mode` with nothing remembered.
@@ -242,13 +256,14 @@ impl Policy {
                     _ if inside => Verdict::Allow,
                     Mode::FullAuto => Verdict::Allow,
                     _ if remembered => Verdict::Allow,
-                    Mode::ReadOnly | Mode::Ask | Mode::AcceptEdits | Mode::Auto => Verdict::Ask,
+                    Mode::ReadOnly | Mode::Plan | Mode::Ask | Mode::AcceptEdits | Mode::Auto => Verdict::Ask,
                 }
             }
             Access::Write(paths) => {
                 let inside = all_inside(paths, roots);
                 match self.mode {
                     Mode::ReadOnly => Verdict::Deny(READ_ONLY_REFUSAL.to_owned()),
+                    Mode::Plan => Verdict::Deny(PLAN_REFUSAL.to_owned()),
                     Mode::FullAuto => Verdict::Allow,
                     Mode::AcceptEdits | Mode::Auto if inside => Verdict::Allow,
                     _ if remembered => Verdict::Allow,
@@ -257,7 +272,8 @@ impl Policy {
             }
             Access::Execute { cwd, outside, .. } => {
                 let sandbox = &self.confinement;
-                if let (Confinement::Refused(why), false) = (sandbox, self.mode == Mode::ReadOnly) {
+                if let (Confinement::Refused(why), false) = (sandbox, matches!(self.mode, Mode::ReadOnly | Mode::Plan))
+                {
                     return Verdict::Deny(format!(
                         "Not run: the sandbox is required (`[sandbox] mode = \"required\"`) but not available here \
                          ({why}), so no command runs. Tell the user; do not try to work around it."
@@ -265,6 +281,7 @@ impl Policy {
                 }
                 match self.mode {
                     Mode::ReadOnly => Verdict::Deny(READ_ONLY_REFUSAL.to_owned()),
+                    Mode::Plan => Verdict::Deny(PLAN_REFUSAL.to_owned()),
                     _ if *outside && *sandbox == Confinement::Required => Verdict::Deny(
                         "Not run: the sandbox is required (`[sandbox] mode = \"required\"`), so no command runs \
                          outside it. Run it without `outside_sandbox`, or tell the user what it needs."
@@ -285,8 +302,8 @@ impl Policy {
             // servers); it only lets read-only mode ask instead of refusing,
             // and there every call asks, "always" or not, since a hint may lie.
             Access::External { read_only, .. } => match self.mode {
-                Mode::ReadOnly if *read_only => Verdict::Ask,
-                Mode::ReadOnly => Verdict::Deny(READ_ONLY_EXTERNAL_REFUSAL.to_owned()),
+                Mode::ReadOnly | Mode::Plan if *read_only => Verdict::Ask,
+                Mode::ReadOnly | Mode::Plan => Verdict::Deny(external_refusal(self.mode)),
                 Mode::FullAuto => Verdict::Allow,
                 _ if remembered => Verdict::Allow,
                 Mode::Ask | Mode::AcceptEdits | Mode::Auto => Verdict::Ask,
@@ -297,7 +314,9 @@ impl Policy {
             Access::Fetch { local, .. } => match self.mode {
                 _ if remembered => Verdict::Allow,
                 Mode::FullAuto if !*local => Verdict::Allow,
-                Mode::ReadOnly | Mode::Ask | Mode::AcceptEdits | Mode::Auto | Mode::FullAuto => Verdict::Ask,
+                Mode::ReadOnly | Mode::Plan | Mode::Ask | Mode::AcceptEdits | Mode::Auto | Mode::FullAuto => {
+                    Verdict::Ask
+                }
             },
         }
     }
@@ -325,7 +344,8 @@ impl Policy {
             return choices;
         }
         // Read-only mode asks about every MCP call (see `judge`): an "always" would mean nothing.
-        let remembers = !(self.mode == Mode::ReadOnly && matches!(access, Access::External { .. }));
+        let remembers =
+            !(matches!(self.mode, Mode::ReadOnly | Mode::Plan) && matches!(access, Access::External { .. }));
         let always = allow_rule(access, roots).filter(|_| remembers).and_then(|rule| match rule {
             Rule::Command(rule) => Some(format!("Always allow {}", rule.describe())),
             Rule::Tool(tool, Scope::Outside) => Some(format!("Always allow {} outside the project", verb(tool))),
@@ -395,6 +415,8 @@ fn verb(tool: Tool) -> &'static str {
         Tool::Shell => "this command",
         Tool::UpdatePlan => "plan updates",
         Tool::Fetch => "fetching",
+        Tool::AskUser => "questions",
+        Tool::ExitPlanMode => "plan approvals",
     }
 }
 
@@ -474,6 +496,70 @@ pub struct ApprovalError(pub String);
 pub trait Approver: Send + Sync {
     /// Asks and waits for the answer.
     fn ask<'a>(&'a self, question: &'a PermissionQuestion) -> BoxFuture<'a, Result<Answer, ApprovalError>>;
+
+    /// Puts a question of the model's (`ask_user`) or the plan's approval
+    /// (`exit_plan_mode`) to the user and waits for the answer. The default
+    /// has no one to ask (a front end without a user, a sub-agent).
+    fn ask_user<'a>(&'a self, question: &'a UserQuestion) -> BoxFuture<'a, Result<UserReply, AskError>> {
+        let _ = question;
+        Box::pin(async { Err(AskError::NoOneToAsk("nobody is there to answer".to_owned())) })
+    }
+}
+
+/// A question for the user that is not a permission: the model's own
+/// (`ask_user`), or whether to run a plan (`exit_plan_mode`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct UserQuestion {
+    /// The tool call that asks (already announced to the editor).
+    pub call_id: String,
+    /// The call's title.
+    pub title: String,
+    /// The question, as the user reads it.
+    pub question: String,
+    /// The answers offered, in order.
+    pub choices: Vec<UserChoice>,
+    /// Whether an answer in the user's own words is welcome.
+    pub free_text: bool,
+    /// An approval (run the plan?) rather than the model's question: asked
+    /// the way permissions are, whatever else the front end could show.
+    pub approval: bool,
+    /// What the user is shown to decide on (the plan).
+    pub preview: Vec<DisplayContent>,
+}
+
+/// One answer offered to a [`UserQuestion`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserChoice {
+    /// Its id on the wire.
+    pub id: String,
+    /// What the user reads.
+    pub label: String,
+    /// Choosing it says no (shown as a rejection where editors tell them apart).
+    pub declines: bool,
+}
+
+/// How the user answered a [`UserQuestion`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UserReply {
+    /// They chose the choice with this id.
+    Chose(String),
+    /// They wrote this.
+    Wrote(String),
+    /// They declined to answer (dismissed the question).
+    Declined,
+    /// The turn was cancelled while asking.
+    Cancelled,
+}
+
+/// Why a [`UserQuestion`] got no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AskError {
+    /// Nobody can answer here (`lathe exec` without a terminal): said at once.
+    #[error("no one to ask: {0}")]
+    NoOneToAsk(String),
+    /// The front end could not ask (the editor failed, or cannot show this question).
+    #[error("{0}")]
+    Failed(String),
 }
 
 #[cfg(test)]
@@ -530,6 +616,15 @@ mod tests {
             (Mode::ReadOnly, Tool::Shell, run("ls"), Deny),
             (Mode::FullAuto, Tool::Shell, run("rm -rf target"), Allow),
             (Mode::ReadOnly, Tool::UpdatePlan, Access::Nothing, Allow),
+            // Plan mode reads, searches and fetches; it writes and runs nothing, and asks nothing about it.
+            (Mode::Plan, Tool::ReadFile, Access::Read(inside()), Allow),
+            (Mode::Plan, Tool::ReadFile, Access::Read(outside()), Ask),
+            (Mode::Plan, Tool::WriteFile, Access::Write(inside()), Deny),
+            (Mode::Plan, Tool::Shell, run("ls"), Deny),
+            (Mode::Plan, Tool::Fetch, web("https://docs.rs/", "docs.rs", false), Ask),
+            (Mode::Plan, Tool::Shell, mcp("search", true), Ask),
+            (Mode::Plan, Tool::Shell, mcp("publish", false), Deny),
+            (Mode::Plan, Tool::AskUser, Access::Nothing, Allow),
             // MCP tools ask like commands, whatever the server's hints say
             // (issue 11, defect 10); in read-only mode, only the ones the
             // server calls read-only may be asked about.
@@ -859,7 +954,7 @@ mod tests {
         assert_eq!(policy.judge(&Access::Read(outside()), &roots()), Verdict::Ask);
         assert_eq!(policy.judge(&mcp("publish", false), &roots()), Verdict::Ask);
         assert_eq!(policy.judge(&web("https://docs.rs/", "docs.rs", false), &roots()), Verdict::Ask);
-        assert_eq!(Mode::ALL.map(Mode::id), ["read-only", "ask", "accept-edits", "auto", "full-auto"]);
+        assert_eq!(Mode::ALL.map(Mode::id), ["read-only", "plan", "ask", "accept-edits", "auto", "full-auto"]);
     }
 
     #[test]

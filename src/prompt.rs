@@ -79,8 +79,47 @@ impl From<&str> for SystemPrompt {
     }
 }
 
+/// A system prompt the client gave for a session (ACP's `systemPrompt`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientPrompt {
+    /// `override`: it replaces lathe's own instructions (`prompts/system.md`,
+    /// or the lean one), and the environment and the project's instruction
+    /// files follow it as usual. Else (`append`) it follows everything.
+    pub replace: bool,
+    /// Its text.
+    pub text: String,
+}
+
 /// The complete system prompt for a session, in both profiles.
 pub fn system_prompt(environment: &Environment<'_>, instructions: &[Instructions]) -> SystemPrompt {
+    system_prompt_with(environment, instructions, None)
+}
+
+/// [`system_prompt`] with the client's own prompt, appended or replacing
+/// lathe's instructions (see [`ClientPrompt`]). Built once per session, like
+/// the rest: every request of the session starts with the same bytes.
+pub fn system_prompt_with(
+    environment: &Environment<'_>,
+    instructions: &[Instructions],
+    client: Option<&ClientPrompt>,
+) -> SystemPrompt {
+    let rest = after_instructions(environment, instructions);
+    let (standard, lean) = (SYSTEM.trim_end(), LEAN_SYSTEM.trim_end());
+    match client {
+        None => SystemPrompt { standard: format!("{standard}{rest}"), lean: format!("{lean}{rest}") },
+        Some(ClientPrompt { replace: false, text }) => {
+            let text = text.trim();
+            SystemPrompt { standard: format!("{standard}{rest}\n\n{text}"), lean: format!("{lean}{rest}\n\n{text}") }
+        }
+        Some(ClientPrompt { replace: true, text }) => {
+            let text = text.trim();
+            SystemPrompt { standard: format!("{text}{rest}"), lean: format!("{text}{rest}") }
+        }
+    }
+}
+
+/// What follows lathe's instructions: the environment and the project's files.
+fn after_instructions(environment: &Environment<'_>, instructions: &[Instructions]) -> String {
     let cwd = environment.cwd.display().to_string();
     let filled = ENVIRONMENT.replace("{cwd}", &cwd).replace("{os}", environment.os).replace("{date}", environment.date);
     let mut rest = format!("\n{}", filled.trim_end());
@@ -91,7 +130,7 @@ pub fn system_prompt(environment: &Environment<'_>, instructions: &[Instructions
             rest.push_str(&format!("\n\n## {}\n\n{}", file.path.display(), file.text.trim()));
         }
     }
-    SystemPrompt { standard: format!("{}{rest}", SYSTEM.trim_end()), lean: format!("{}{rest}", LEAN_SYSTEM.trim_end()) }
+    rest
 }
 
 const INSTRUCTIONS: &str = include_str!("../prompts/instructions.md");
@@ -204,6 +243,31 @@ mod tests {
         std::fs::write(cwd.join("CLAUDE.md"), "claude rules").unwrap();
         let texts: Vec<String> = project_instructions(&cwd, None).into_iter().map(|f| f.text).collect();
         assert_eq!(texts, ["claude rules"]);
+    }
+
+    /// The client's prompt follows lathe's (append), or takes the place of
+    /// lathe's instructions, before the environment and the project's files
+    /// (override); the same bytes every time.
+    #[test]
+    fn the_clients_prompt_is_appended_or_replaces_the_instructions() {
+        let env = Environment { cwd: Path::new("/work/project"), os: "linux", date: "d" };
+        let files = [Instructions { path: PathBuf::from("/work/project/AGENTS.md"), text: "project rules".into() }];
+        let own = system_prompt(&env, &files);
+        let append = ClientPrompt { replace: false, text: "Answer in French.\n".into() };
+        let appended = system_prompt_with(&env, &files, Some(&append));
+        for profile in [PromptProfile::Standard, PromptProfile::Lean] {
+            assert_eq!(appended.get(profile), format!("{}\n\nAnswer in French.", own.get(profile)));
+        }
+        let replace = ClientPrompt { replace: true, text: "You are a reviewer.".into() };
+        let replaced = system_prompt_with(&env, &files, Some(&replace));
+        for profile in [PromptProfile::Standard, PromptProfile::Lean] {
+            let prompt = replaced.get(profile);
+            assert!(prompt.starts_with("You are a reviewer.\n"), "{prompt}");
+            assert!(!prompt.contains("You are lathe"));
+            assert!(prompt.contains("Working directory (the project root for this session): /work/project"));
+            assert!(prompt.ends_with("project rules"));
+        }
+        assert_eq!(replaced, system_prompt_with(&env, &files, Some(&replace)));
     }
 
     #[test]

@@ -27,7 +27,7 @@ use tokio::sync::{OwnedMutexGuard, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::cancel::OrCancel as _;
-use crate::model::Message;
+use crate::model::{Message, UserPart};
 use crate::permission::{Mode, Policy};
 use crate::store::{Record, SessionMeta, Store};
 use crate::sync::lock;
@@ -126,6 +126,13 @@ impl Journal {
                 self.materialize();
             }
             Record::Rewind(_) => self.materialize(),
+            Record::Steers(_) => {
+                if let Some(pending) = self.pending().as_mut() {
+                    // Conversation to come: kept like a prompt, never dropped.
+                    pending.updates.push(Early::Held(record.clone()));
+                    return;
+                }
+            }
             Record::Update(line) => {
                 let mut pending = self.pending();
                 if let Some(pending) = pending.as_mut() {
@@ -242,6 +249,13 @@ pub struct Conversation {
     /// `tool_calls` in this session: with `text_tool_calls = "auto"`, calls
     /// written as text are no longer read from their answers.
     pub native_tool_calls: HashSet<String>,
+    /// `exit_plan_mode` is offered: from the first request the session made
+    /// in plan mode on, so leaving plan mode keeps the request's prefix (see
+    /// [`crate::tools::plan_definition`]).
+    pub plan_tools: bool,
+    /// What the session's model requests cost so far, when known (the
+    /// server's figure, or the configured prices).
+    pub cost: Option<f64>,
     journal: Option<Journal>,
 }
 
@@ -273,6 +287,8 @@ impl Conversation {
             turn_usage: None,
             told_chat_only: false,
             native_tool_calls: HashSet::new(),
+            plan_tools: false,
+            cost: None,
             journal,
         }
     }
@@ -323,6 +339,64 @@ impl Conversation {
     }
 }
 
+/// Steering messages: what the user sent while a turn ran, waiting for
+/// that turn's next model request (see [`Session::steer`]). Every change
+/// is journaled as the whole list, so a message not yet read by the model
+/// survives the process ending; a session loaded again goes on with them.
+#[derive(Debug, Default)]
+pub struct Steers {
+    pending: Mutex<Vec<Vec<UserPart>>>,
+    journal: Option<Journal>,
+}
+
+impl Steers {
+    fn new(journal: Option<Journal>) -> Self {
+        Self { pending: Mutex::new(Vec::new()), journal }
+    }
+
+    fn push(&self, parts: Vec<UserPart>) {
+        let mut pending = lock(&self.pending);
+        pending.push(parts);
+        self.journal(&pending);
+    }
+
+    /// Takes every waiting message, oldest first.
+    pub fn take(&self) -> Vec<Vec<UserPart>> {
+        let mut pending = lock(&self.pending);
+        if pending.is_empty() {
+            return Vec::new();
+        }
+        let taken = std::mem::take(&mut *pending);
+        self.journal(&pending);
+        taken
+    }
+
+    /// Whether a message waits.
+    pub fn is_waiting(&self) -> bool {
+        !lock(&self.pending).is_empty()
+    }
+
+    /// The messages a stored session had waiting (not journaled again).
+    pub fn restore(&self, waiting: Vec<Vec<UserPart>>) {
+        *lock(&self.pending) = waiting;
+    }
+
+    fn journal(&self, pending: &[Vec<UserPart>]) {
+        if let Some(journal) = &self.journal {
+            journal.record(&Record::Steers(pending.to_vec()));
+        }
+    }
+}
+
+/// What [`Session::steer`] did with a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Steered {
+    /// It waits for the running (or queued) turn's next model request.
+    Queued,
+    /// No turn runs or waits: the message is given back, to start one.
+    Idle(Vec<UserPart>),
+}
+
 /// Where a session works and what it was given.
 #[derive(Debug, Clone)]
 pub struct SessionSetup {
@@ -367,6 +441,8 @@ pub struct Session {
     external: std::sync::OnceLock<Arc<dyn crate::tools::ExternalTools>>,
     /// The turns' file checkpoints (`/undo`), once the session has them.
     checkpoints: std::sync::OnceLock<Arc<crate::checkpoint::Checkpoints>>,
+    /// Steering messages waiting for the running turn.
+    steers: Steers,
 }
 
 /// A prompt's turn, registered (so it can be cancelled) but not yet running.
@@ -452,11 +528,33 @@ impl Session {
             policy: Mutex::new(Policy::new(mode)),
             choices: Mutex::new(choices),
             title: Mutex::new(None),
-            journal,
             seen: crate::tools::versions::FileVersions::default(),
             external: std::sync::OnceLock::new(),
             checkpoints: std::sync::OnceLock::new(),
+            steers: Steers::new(journal.clone()),
+            journal,
         }
+    }
+
+    /// Steers the running turn: `parts` waits for its next model request
+    /// (never the middle of a tool call), and is read there as a message
+    /// from the user. With no turn running or queued, it is given back
+    /// ([`Steered::Idle`]). Decided under the lock that turns end under, so
+    /// a message queued here is seen by the end of the turn it was queued
+    /// for ([`Session::steers`]), never lost between the two.
+    pub fn steer(&self, parts: Vec<UserPart>) -> Steered {
+        let turns = lock(&self.turns);
+        if turns.is_empty() {
+            return Steered::Idle(parts);
+        }
+        self.steers.push(parts);
+        drop(turns);
+        Steered::Queued
+    }
+
+    /// The steering messages waiting for a turn.
+    pub fn steers(&self) -> &Steers {
+        &self.steers
     }
 
     /// Gives the session its checkpoints; only the first call counts.

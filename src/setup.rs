@@ -20,7 +20,7 @@ use crate::commands::{self, CommandKind, SlashCommand};
 use crate::config::{Config, ConfigSource};
 use crate::model::{Message, ModelClient, ModelError, UserPart};
 use crate::permission::Mode;
-use crate::prompt::{Environment, Instructions, project_instructions, system_prompt};
+use crate::prompt::{ClientPrompt, Environment, Instructions, project_instructions, system_prompt_with};
 use crate::session::{Choices, Conversation, Journal, Session, SessionSetup, TurnGuard};
 use crate::store::{SessionMeta, Store, now_rfc3339};
 use crate::tools::ToolLimits;
@@ -54,6 +54,19 @@ pub struct Start {
     pub mode: Mode,
     /// Where its records go, if it is saved.
     pub journal: Option<Journal>,
+    /// The client's own system prompt, if it gave one.
+    pub system: Option<ClientPrompt>,
+    /// Steering messages a stored session had waiting (see [`crate::session::Steers`]).
+    pub waiting: Vec<Vec<UserPart>>,
+    /// What a stored session's requests had cost, when known.
+    pub cost: Option<f64>,
+}
+
+impl Start {
+    /// A session starting from `messages`, with nothing else carried over.
+    pub fn new(messages: Vec<Message>, choices: Choices, mode: Mode, journal: Option<Journal>) -> Start {
+        Start { messages, choices, mode, journal, system: None, waiting: Vec::new(), cost: None }
+    }
 }
 
 /// What a session reads from its workspace when it is set up: the project
@@ -146,9 +159,11 @@ pub fn open_session(
     instructions: &[Instructions],
     root: &CancellationToken,
 ) -> Arc<Session> {
-    let Start { messages, choices, mode, journal } = start;
+    let Start { messages, choices, mode, journal, system, waiting, cost } = start;
     let environment = Environment { cwd: &placement.cwd, os: std::env::consts::OS, date: &Environment::today() };
-    let conversation = Conversation::new(system_prompt(&environment, instructions), messages, journal);
+    let prompt = system_prompt_with(&environment, instructions, system.as_ref());
+    let mut conversation = Conversation::new(prompt, messages, journal);
+    conversation.cost = cost;
     let setup = SessionSetup {
         cwd: placement.cwd,
         additional_directories: placement.additional_directories,
@@ -156,6 +171,7 @@ pub fn open_session(
         created_at: placement.created_at,
     };
     let session = Arc::new(Session::new(Arc::clone(&id), setup, conversation, choices, mode, root));
+    session.steers().restore(waiting);
     // Checkpoints live in the session's folder, so they go with it; a
     // session that is not saved keeps none.
     if let Some(store) = store.filter(|_| session.journal().is_some())

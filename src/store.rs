@@ -95,6 +95,10 @@ pub enum Record {
     Reset(Vec<Message>),
     /// The transcript was cut back to its first this many messages (`/undo`).
     Rewind(usize),
+    /// The steering messages waiting for the running turn's next model
+    /// request, all of them (empty once they were taken): so none is lost
+    /// when the process ends before they were read.
+    Steers(Vec<Vec<crate::model::UserPart>>),
 }
 
 /// Whose streamed text a [`Chunk`] is.
@@ -167,7 +171,7 @@ impl StoredSession {
                 Record::Message(message) => messages.push(message.clone()),
                 Record::Reset(replacement) => messages.clone_from(replacement),
                 Record::Rewind(keep) => messages.truncate(*keep),
-                Record::Update(_) | Record::Chunk(_) => {}
+                Record::Update(_) | Record::Chunk(_) | Record::Steers(_) => {}
             }
         }
         messages
@@ -394,7 +398,7 @@ impl Store {
         match record {
             Record::Update(sent) => self.append_line(dir, sent.clone().into_bytes()),
             Record::Chunk(chunk) => self.send(WriterCommand::Chunk { dir, chunk: chunk.clone() }),
-            Record::Message(_) | Record::Reset(_) | Record::Rewind(_) => {
+            Record::Message(_) | Record::Reset(_) | Record::Rewind(_) | Record::Steers(_) => {
                 self.send(WriterCommand::Transcript { dir, record: Box::new(record.clone()) });
             }
         }

@@ -8,11 +8,13 @@
 use std::path::Path;
 
 use agent_client_protocol_schema::v1::{
-    ClientCapabilities, CreateTerminalRequest, CreateTerminalResponse, KillTerminalRequest, KillTerminalResponse,
-    PermissionOption, PermissionOptionKind, ReadTextFileRequest, ReadTextFileResponse, ReleaseTerminalRequest,
-    ReleaseTerminalResponse, RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse, SessionId,
-    TerminalExitStatus, TerminalOutputRequest, TerminalOutputResponse, ToolCallUpdate, WaitForTerminalExitRequest,
-    WaitForTerminalExitResponse, WriteTextFileRequest, WriteTextFileResponse,
+    ClientCapabilities, CreateElicitationRequest, CreateElicitationResponse, CreateTerminalRequest,
+    CreateTerminalResponse, ElicitationAction, ElicitationContentValue, ElicitationFormMode, ElicitationSchema,
+    ElicitationSessionScope, EnumOption, KillTerminalRequest, KillTerminalResponse, PermissionOption,
+    PermissionOptionKind, ReadTextFileRequest, ReadTextFileResponse, ReleaseTerminalRequest, ReleaseTerminalResponse,
+    RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse, SessionId, StringPropertySchema,
+    TerminalExitStatus, TerminalOutputRequest, TerminalOutputResponse, ToolCallId, ToolCallUpdate,
+    WaitForTerminalExitRequest, WaitForTerminalExitResponse, WriteTextFileRequest, WriteTextFileResponse,
 };
 use futures_util::future::BoxFuture;
 
@@ -20,7 +22,7 @@ use super::RESOURCE_NOT_FOUND;
 use super::updates::{self, Lines};
 use crate::agent::ToolCallChange;
 use crate::fs_guard::{GuardError, Target};
-use crate::permission::{Answer, ApprovalError, Approver, PermissionQuestion};
+use crate::permission::{Answer, ApprovalError, Approver, AskError, PermissionQuestion, UserQuestion, UserReply};
 use crate::rpc::{CallError, Outbox};
 use crate::tools::local::{Action, LocalHost, guard_error};
 use crate::tools::{
@@ -228,12 +230,122 @@ impl Terminals for ClientHost {
     }
 }
 
-/// Asks the user through `session/request_permission`.
+/// Asks the user through `session/request_permission`, and the model's
+/// questions through an elicitation form where the editor offers one.
 pub struct ClientApprover {
     /// The connection.
     pub outbox: Outbox,
     /// The session.
     pub session_id: SessionId,
+    /// The editor offers elicitation forms (`elicitation.form`).
+    pub form: bool,
+}
+
+/// The form field that holds the chosen answer.
+const CHOICE_FIELD: &str = "choice";
+/// The form field that holds an answer in the user's own words.
+const TEXT_FIELD: &str = "answer";
+
+impl ClientApprover {
+    /// The model's question as an elicitation form: its choices as a
+    /// single select, and a text field where a free answer is welcome.
+    async fn ask_in_form(&self, question: &UserQuestion) -> Result<UserReply, AskError> {
+        let mut schema = ElicitationSchema::new();
+        let required_choice = !question.free_text;
+        if !question.choices.is_empty() {
+            let options: Vec<EnumOption> = question
+                .choices
+                .iter()
+                .map(|c| EnumOption::new(c.id.clone(), updates::shown(&c.label, Lines::One).into_owned()))
+                .collect();
+            let field = StringPropertySchema::new().title("Answer".to_owned()).one_of(options);
+            schema = schema.property(CHOICE_FIELD, field, required_choice);
+        }
+        if question.free_text {
+            let title = if question.choices.is_empty() { "Answer" } else { "Or your own answer" };
+            schema = schema.property(
+                TEXT_FIELD,
+                StringPropertySchema::new().title(title.to_owned()),
+                question.choices.is_empty(),
+            );
+        }
+        let scope = ElicitationSessionScope::new(self.session_id.clone())
+            .tool_call_id(ToolCallId::new(question.call_id.clone()));
+        let message = updates::shown(&question.question, Lines::Many).into_owned();
+        let request = CreateElicitationRequest::new(ElicitationFormMode::new(scope, schema), message);
+        let response: CreateElicitationResponse =
+            self.outbox.call("elicitation/create", &request).await.map_err(|err| AskError::Failed(err.to_string()))?;
+        match response.action {
+            ElicitationAction::Accept(accepted) => {
+                let content = accepted.content.unwrap_or_default();
+                let text = |field: &str| match content.get(field) {
+                    Some(ElicitationContentValue::String(text)) if !text.trim().is_empty() => Some(text.clone()),
+                    _ => None,
+                };
+                if let Some(written) = text(TEXT_FIELD) {
+                    return Ok(UserReply::Wrote(written));
+                }
+                match text(CHOICE_FIELD) {
+                    Some(id) if question.choices.iter().any(|c| c.id == id) => Ok(UserReply::Chose(id)),
+                    Some(id) => {
+                        Err(AskError::Failed(format!("the editor answered with a choice that was not offered: {id}")))
+                    }
+                    None => Ok(UserReply::Declined),
+                }
+            }
+            // The user dismissed the form: no answer (the turn goes on).
+            ElicitationAction::Decline | ElicitationAction::Cancel => Ok(UserReply::Declined),
+            _ => Err(AskError::Failed("the editor answered with an unknown action".to_owned())),
+        }
+    }
+
+    /// The question as a permission request whose options are its choices
+    /// (an editor without forms: no free answer).
+    async fn ask_as_permission(&self, question: &UserQuestion) -> Result<UserReply, AskError> {
+        if question.choices.is_empty() {
+            return Err(AskError::Failed(
+                "this editor can only show choices, and the question offered none: ask again with `choices`".to_owned(),
+            ));
+        }
+        let options = question
+            .choices
+            .iter()
+            .map(|choice| {
+                let kind =
+                    if choice.declines { PermissionOptionKind::RejectOnce } else { PermissionOptionKind::AllowOnce };
+                PermissionOption::new(choice.id.clone(), updates::shown(&choice.label, Lines::One).into_owned(), kind)
+            })
+            .collect();
+        let mut preview = vec![DisplayContent::Text(updates::shown(&question.question, Lines::Many).into_owned())];
+        preview.extend(question.preview.iter().map(|content| match content {
+            DisplayContent::Text(text) => DisplayContent::Text(updates::shown(text, Lines::Many).into_owned()),
+            other => other.clone(),
+        }));
+        if question.approval {
+            // The plan alone: the title asks the question.
+            preview.remove(0);
+        }
+        let change =
+            ToolCallChange { title: Some(question.title.clone()), content: Some(preview), ..ToolCallChange::default() };
+        let tool_call = ToolCallUpdate::new(question.call_id.clone(), updates::fields(change));
+        let request = RequestPermissionRequest::new(self.session_id.clone(), tool_call, options);
+        let response: RequestPermissionResponse = self
+            .outbox
+            .call("session/request_permission", &request)
+            .await
+            .map_err(|err| AskError::Failed(err.to_string()))?;
+        match response.outcome {
+            RequestPermissionOutcome::Cancelled => Ok(UserReply::Cancelled),
+            RequestPermissionOutcome::Selected(selected) => {
+                let id = selected.option_id.0.to_string();
+                match question.choices.iter().any(|c| c.id == id) {
+                    true => Ok(UserReply::Chose(id)),
+                    false => Err(AskError::Failed(format!("the editor chose an option that was not offered: {id}"))),
+                }
+            }
+            _ => Err(AskError::Failed("the editor answered with an unknown outcome".to_owned())),
+        }
+    }
 }
 
 impl Approver for ClientApprover {
@@ -290,6 +402,18 @@ impl Approver for ClientApprover {
                         ))
                     }),
                 _ => Err(ApprovalError("the editor answered with an unknown outcome".to_owned())),
+            }
+        })
+    }
+
+    fn ask_user<'a>(&'a self, question: &'a UserQuestion) -> BoxFuture<'a, Result<UserReply, AskError>> {
+        Box::pin(async move {
+            // A plan's approval is a permission; the model's own question
+            // goes as a form where the editor offers one.
+            if self.form && !question.approval {
+                self.ask_in_form(question).await
+            } else {
+                self.ask_as_permission(question).await
             }
         })
     }

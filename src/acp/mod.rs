@@ -46,6 +46,7 @@ mod client;
 mod options;
 mod prompt;
 mod sessions;
+mod steering;
 mod turns;
 mod undo;
 pub mod updates;
@@ -60,10 +61,12 @@ use agent_client_protocol_schema::ProtocolVersion;
 use agent_client_protocol_schema::v1::{
     AgentCapabilities, CancelNotification, ClientCapabilities, Implementation, InitializeRequest, InitializeResponse,
     McpCapabilities, PromptCapabilities, SessionAdditionalDirectoriesCapabilities, SessionCapabilities,
-    SessionCloseCapabilities, SessionDeleteCapabilities, SessionListCapabilities, SessionResumeCapabilities,
+    SessionCloseCapabilities, SessionDeleteCapabilities, SessionForkCapabilities, SessionListCapabilities,
+    SessionResumeCapabilities, SessionSystemPromptCapabilities, SessionSystemPromptModeCapabilities,
+    SessionSystemPromptOverrideCapabilities,
 };
 use serde::de::DeserializeOwned;
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -71,7 +74,7 @@ use tokio_util::task::TaskTracker;
 use crate::config::Config;
 use crate::model::{ModelClient, ModelError};
 pub use crate::present::record::{to_acp_stop_reason, turn_error_to_rpc};
-pub use crate::present::replay::stored_transcript;
+pub use crate::present::replay::{Restored, stored_transcript};
 use crate::rpc::{
     self, CANCEL_REQUEST_METHOD, Classified, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, Incoming, Line,
     LineReader, METHOD_NOT_FOUND, Outbox, RequestId, RpcError,
@@ -400,6 +403,8 @@ impl Server {
             "session/prompt" => self.prompt(id, params),
             "session/set_mode" => self.outbox.respond(&id, self.set_mode(params)),
             "session/set_config_option" => self.outbox.respond(&id, self.set_config_option(params)),
+            "session/fork" => self.fork_session(id, params),
+            steering::METHOD => self.steer(id, params),
             _ => self.outbox.respond_err(&id, &RpcError::new(METHOD_NOT_FOUND, format!("Method not found: {method}"))),
         }
     }
@@ -439,14 +444,21 @@ impl Server {
         let vision = self.config().default_model().is_some_and(|m| m.vision);
         let mut sessions =
             SessionCapabilities::new().additional_directories(SessionAdditionalDirectoriesCapabilities::new());
-        // Listing, resuming and deleting need the store; closing does not.
+        // Listing, resuming, deleting and forking need the store; closing does not.
         sessions = sessions.close(SessionCloseCapabilities::new());
         if self.store.is_some() {
             sessions = sessions
                 .list(SessionListCapabilities::new())
                 .resume(SessionResumeCapabilities::new())
-                .delete(SessionDeleteCapabilities::new());
+                .delete(SessionDeleteCapabilities::new())
+                .fork(SessionForkCapabilities::new());
         }
+        // The client's system prompt, appended to lathe's or replacing lathe's
+        // own instructions (the environment and the project's instruction
+        // files stay): see `crate::prompt::ClientPrompt`.
+        let override_ =
+            SessionSystemPromptModeCapabilities::new().override_(SessionSystemPromptOverrideCapabilities::new());
+        sessions = sessions.system_prompt(SessionSystemPromptCapabilities::new().mode(override_));
         // stdio is a given; lathe also speaks Streamable HTTP and the older
         // HTTP+SSE transport (the `mcp` module).
         let capabilities = AgentCapabilities::new()
@@ -455,10 +467,20 @@ impl Server {
             .prompt_capabilities(PromptCapabilities::new().embedded_context(true).image(vision))
             .session_capabilities(sessions)
             .auth(self.auth_capabilities());
+        // Steering (`_session/steering`) is an extension: advertised in
+        // `_meta` as codex-acp and claude-agent-acp do.
+        let mut meta = serde_json::Map::new();
+        meta.insert("steering".to_owned(), json!({ "supported": true }));
         Ok(InitializeResponse::new(ProtocolVersion::V1)
             .agent_capabilities(capabilities)
             .auth_methods(auth_methods)
-            .agent_info(Implementation::new("lathe", env!("CARGO_PKG_VERSION")).title("lathe")))
+            .agent_info(Implementation::new("lathe", env!("CARGO_PKG_VERSION")).title("lathe"))
+            .meta(meta))
+    }
+
+    /// Which of the newer session updates the client shows.
+    fn offers(&self) -> updates::Offers {
+        self.client_capabilities.get().map(updates::Offers::of).unwrap_or_default()
     }
 
     /// Runs `set_up` (a session's set-up) only when a model is usable;

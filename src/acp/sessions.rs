@@ -27,11 +27,18 @@ use super::updates::{self, Lines, SessionEvents};
 use super::{INVALID_PARAMS, RESOURCE_NOT_FOUND, RequestId, RpcError, Server, lock, options, parse_params};
 use crate::commands::SlashCommand;
 use crate::permission::Mode;
-use crate::present::replay::Replayer;
-use crate::prompt::Instructions;
+use crate::present::replay::{Replayer, Restored};
+use crate::prompt::{ClientPrompt, Instructions};
 use crate::session::{Journal, Session};
 use crate::setup::{self, Placement, Start, WorkspaceFiles, workspace_files};
 use crate::store::{ListKey, ListPage, SessionMeta, SessionSummary, Store, StoreError, now_rfc3339};
+
+/// Where a session being opened from the store works, and how.
+struct Opening {
+    placement: Placement,
+    system: Option<ClientPrompt>,
+    replay: Replay,
+}
 
 /// Whether `session/load`-style setup replays the conversation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +75,7 @@ impl Server {
             outbox: self.outbox.clone(),
             session_id: SessionId::new(Arc::clone(session.id())),
             journal: session.journal().cloned(),
+            offers: self.offers(),
         }
     }
 
@@ -79,10 +87,12 @@ impl Server {
     /// turn loop (a session never prompted leaves nothing on disk); reading
     /// the workspace runs in a task.
     pub(super) fn new_session(self: &Arc<Self>, id: RequestId, params: Value) {
-        let parsed = parse_params::<NewSessionRequest>(with_default_mcp_servers(params))
-            .and_then(|request| placement(&request.cwd, &request.additional_directories, &request.mcp_servers));
-        let placement = match parsed {
-            Ok(placement) => placement,
+        let parsed = parse_params::<NewSessionRequest>(with_default_mcp_servers(params)).and_then(|request| {
+            let system = client_prompt(request.system_prompt.as_ref())?;
+            Ok((placement(&request.cwd, &request.additional_directories, &request.mcp_servers)?, system))
+        });
+        let (placement, system) = match parsed {
+            Ok(parsed) => parsed,
             Err(error) => return self.outbox.respond_err(&id, &error),
         };
         let session_id = setup::new_session_id();
@@ -97,8 +107,7 @@ impl Server {
         let server = Arc::clone(self);
         self.tasks.spawn(async move {
             let files = server.read_workspace(&placement).await;
-            let start =
-                Start { messages: Vec::new(), choices, mode: Mode::Ask, journal: journal.as_ref().ok().cloned() };
+            let start = Start { system, ..Start::new(Vec::new(), choices, Mode::Ask, journal.as_ref().ok().cloned()) };
             let session = server.open_session(Arc::clone(&session_id), placement, start, &files.instructions);
             let response = NewSessionResponse::new(SessionId::new(Arc::clone(session.id())))
                 .modes(options::mode_state(&session))
@@ -126,9 +135,10 @@ impl Server {
                 RpcError::new(RESOURCE_NOT_FOUND, format!("Sessions are not saved: lathe {}", self.unsaved_reason))
             })?;
             let placement = placement(&request.cwd, &request.additional_directories, &request.mcp_servers)?;
-            Ok::<_, RpcError>((request.session_id, store, placement))
+            let system = client_prompt(request.system_prompt.as_ref())?;
+            Ok::<_, RpcError>((request.session_id, store, placement, system))
         })();
-        let (session_id, store, placement) = match parsed {
+        let (session_id, store, placement, system) = match parsed {
             Ok(parsed) => parsed,
             Err(error) => return self.outbox.respond_err(&id, &error),
         };
@@ -147,7 +157,8 @@ impl Server {
         let server = Arc::clone(self);
         self.tasks.spawn(async move {
             let _over = over;
-            match server.restore(&session_id, &store, placement, replaced, replay).await {
+            let opening = Opening { placement, system, replay };
+            match server.restore(&session_id, &store, opening, replaced).await {
                 Ok((session, commands)) => {
                     let response = LoadSessionResponse::new()
                         .modes(options::mode_state(&session))
@@ -168,10 +179,10 @@ impl Server {
         &self,
         session_id: &SessionId,
         store: &Arc<Store>,
-        placement: Placement,
+        opening: Opening,
         replaced: Option<Arc<Session>>,
-        replay: Replay,
     ) -> Result<(Arc<Session>, Vec<SlashCommand>), RpcError> {
+        let Opening { placement, system, replay } = opening;
         // A session created in this process and not prompted yet is not on
         // disk: it is reopened from what its journal holds.
         let unsaved = replaced.as_ref().and_then(|old| old.journal()).filter(|j| j.pending_meta().is_some()).cloned();
@@ -195,6 +206,7 @@ impl Server {
             let outbox = self.outbox.clone();
             let runtime = tokio::runtime::Handle::current();
             let notification_id = session_id.clone();
+            let offers = self.offers();
             tokio::task::spawn_blocking(move || {
                 let mut unflushed = 0usize;
                 let mut send = |line: Vec<u8>| {
@@ -205,7 +217,8 @@ impl Server {
                         runtime.block_on(outbox.flush());
                     }
                 };
-                let mut replayer = Replayer::new(notification_id, (replay == Replay::Yes).then_some(&mut send));
+                let mut replayer =
+                    Replayer::new(notification_id, (replay == Replay::Yes).then_some(&mut send)).offering(offers);
                 let stored = store.read(&id, &mut |record| replayer.record(record));
                 let transcript = replayer.finish();
                 (stored.map(|meta| (meta, transcript)), workspace_files(&cwd, user_dir.as_deref()))
@@ -215,8 +228,8 @@ impl Server {
             .await
             .map_err(|err| RpcError::new(super::INTERNAL_ERROR, format!("Cannot load session {session_id}: {err}")))?;
         let unsaved_meta = unsaved.as_ref().and_then(Journal::pending_meta);
-        let (mut meta, transcript) = match (stored, unsaved_meta) {
-            (Err(StoreError::NotFound(_)), Some(meta)) => (meta, Vec::new()),
+        let (mut meta, restored) = match (stored, unsaved_meta) {
+            (Err(StoreError::NotFound(_)), Some(meta)) => (meta, Restored::default()),
             (stored, _) => stored.map_err(|err| match err {
                 StoreError::NotFound(_) => session_not_found(session_id),
                 other => RpcError::new(super::INTERNAL_ERROR, format!("Cannot load session {session_id}: {other}")),
@@ -232,7 +245,8 @@ impl Server {
             None => Journal::new(Arc::clone(store), Arc::clone(&session_id.0)),
         };
         journal.save_meta(meta.clone());
-        let start = Start { messages: transcript, choices, mode, journal: Some(journal) };
+        let Restored { messages, waiting, cost } = restored;
+        let start = Start { system, waiting, cost, ..Start::new(messages, choices, mode, Some(journal)) };
         let session = self.open_session(Arc::clone(&session_id.0), placement, start, &files.instructions);
         session.set_title(meta.title);
         Ok((session, files.commands))
@@ -409,6 +423,63 @@ impl Server {
         }
     }
 
+    /// `session/fork` (unstable): a new session with a copy of the source's
+    /// conversation, all of it or up to the message `_meta.lathe.messageId`
+    /// names (see [`crate::fork`]), set up in the cwd and roots sent now,
+    /// with no replay (the client has the history). The source is only read,
+    /// even while a turn runs in it (what it wrote so far is copied).
+    pub(super) fn fork_session(self: &Arc<Self>, id: RequestId, params: Value) {
+        use agent_client_protocol_schema::v1::{ForkSessionRequest, ForkSessionResponse};
+        let parsed = (|| {
+            let request: ForkSessionRequest = parse_params(params)?;
+            let store = self.store.clone().ok_or_else(|| {
+                RpcError::new(RESOURCE_NOT_FOUND, format!("Sessions are not saved: lathe {}", self.unsaved_reason))
+            })?;
+            let placement = placement(&request.cwd, &request.additional_directories, &request.mcp_servers)?;
+            let system = client_prompt(request.system_prompt.as_ref())?;
+            let upto = request
+                .meta
+                .as_ref()
+                .and_then(|meta| meta.get("lathe"))
+                .and_then(|lathe| lathe.get("messageId"))
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            Ok::<_, RpcError>((request.session_id, store, Opening { placement, system, replay: Replay::No }, upto))
+        })();
+        let (source, store, opening, upto) = match parsed {
+            Ok(parsed) => parsed,
+            Err(error) => return self.outbox.respond_err(&id, &error),
+        };
+        let server = Arc::clone(self);
+        self.tasks.spawn(async move {
+            let new_id = setup::new_session_id();
+            let forked =
+                crate::fork::fork(&store, &source.0, &new_id, upto.as_deref()).await.map_err(|err| match err {
+                    crate::fork::ForkError::Store(StoreError::NotFound(_)) => session_not_found(&source),
+                    crate::fork::ForkError::NoSuchMessage(_) => {
+                        RpcError::new(INVALID_PARAMS, format!("Invalid params: _meta.lathe.messageId: {err}"))
+                    }
+                    other => RpcError::new(super::INTERNAL_ERROR, format!("Cannot fork session {source}: {other}")),
+                });
+            if let Err(error) = forked {
+                return server.outbox.respond_err(&id, &error);
+            }
+            let new_session_id = SessionId::new(Arc::clone(&new_id));
+            match server.restore(&new_session_id, &store, opening, None).await {
+                Ok((session, commands)) => {
+                    let response = ForkSessionResponse::new(new_session_id)
+                        .modes(options::mode_state(&session))
+                        .config_options(options::config_options(&server.config(), &session));
+                    server.outbox.respond_ok(&id, &response);
+                    server.send_commands(&session, commands);
+                    server.tell_sandbox(&session);
+                    tracing::info!(session = %new_id, from = %source, "session forked");
+                }
+                Err(error) => server.outbox.respond_err(&id, &error),
+            }
+        });
+    }
+
     /// Whether a session is open in this process, or being loaded.
     fn is_open(&self, id: &str) -> bool {
         lock(&self.sessions).contains_key(id) || lock(&self.loading).contains_key(id)
@@ -527,6 +598,34 @@ fn parse_cursor(cursor: &str) -> Result<ListKey, RpcError> {
 
 pub(super) fn session_not_found(id: &SessionId) -> RpcError {
     RpcError::new(RESOURCE_NOT_FOUND, format!("Session not found: {id}")).with_data(json!({ "sessionId": id }))
+}
+
+/// The client's `systemPrompt`, checked: lathe advertises `append` and
+/// `override` and takes text blocks; anything else fails the request, as
+/// the spec requires (`-32602`), rather than setting the session up without it.
+pub(super) fn client_prompt(
+    prompt: Option<&agent_client_protocol_schema::v1::SystemPrompt>,
+) -> Result<Option<ClientPrompt>, RpcError> {
+    use agent_client_protocol_schema::v1::SystemPromptMode;
+    let Some(prompt) = prompt else { return Ok(None) };
+    let invalid = |why: String| RpcError::new(INVALID_PARAMS, format!("Invalid params: systemPrompt: {why}"));
+    let replace = match &prompt.mode {
+        SystemPromptMode::Append => false,
+        SystemPromptMode::Override => true,
+        other => return Err(invalid(format!("mode {other:?} is not one lathe supports (append, override)"))),
+    };
+    let mut texts = Vec::new();
+    for (n, block) in prompt.content.iter().enumerate() {
+        match block {
+            agent_client_protocol_schema::v1::ContentBlock::Text(text) => texts.push(text.text.as_str()),
+            _ => return Err(invalid(format!("content[{n}] is not a text block, the only kind lathe takes"))),
+        }
+    }
+    let text = texts.join("\n\n");
+    if text.trim().is_empty() {
+        return Err(invalid("the content is empty".to_owned()));
+    }
+    Ok(Some(ClientPrompt { replace, text }))
 }
 
 /// `mcpServers` is required by the schema; some clients omit it when empty.

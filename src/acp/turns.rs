@@ -20,23 +20,27 @@ use super::{INVALID_PARAMS, RequestId, RpcError, Server, lock, options, parse_pa
 use crate::agent::{AgentEvent, EventSink, StopReason, Turn, TurnError, Workspace};
 use crate::commands::CommandKind;
 use crate::model::UserPart;
-use crate::session::TurnGuard;
+use crate::session::{QueuedTurn, Session, TurnGuard};
 use crate::setup::{self, Request, derive_title};
 use crate::store::now_rfc3339;
 use crate::undo::TurnRecording;
+
+/// Who asked for a turn.
+pub(super) enum Origin {
+    /// A `session/prompt`, answered when the turn ends.
+    Prompt(RequestId),
+    /// Steering messages that found no turn to join (`_session/steering`
+    /// while idle, or messages a turn ended before reading): no request
+    /// waits for its end.
+    Steer,
+}
 
 impl Server {
     pub(super) fn prompt(self: &Arc<Self>, id: RequestId, params: Value) {
         let started = (|| {
             let request: PromptRequest = parse_params(params)?;
             let session = self.session(&request.session_id)?;
-            let model_key = session.choices().model_key;
-            let config = self.config();
-            let model = config.models.get(&model_key);
-            let vision = model.is_some_and(|m| m.vision);
-            let model_name = model.map_or(model_key.as_str(), |m| m.model.as_str());
-            let parts = prompt::to_user_parts(request.prompt, vision, model_name)
-                .map_err(|err| RpcError::new(INVALID_PARAMS, format!("Invalid params: {err}")))?;
+            let parts = self.user_parts(&session, request.prompt)?;
             Ok::<_, RpcError>((session, parts))
         })();
         let (session, parts) = match started {
@@ -44,17 +48,58 @@ impl Server {
             Err(error) => return self.outbox.respond_err(&id, &error),
         };
         let queued = session.enqueue_turn();
-        let request_key = id.to_string();
-        lock(&self.cancellable).insert(request_key.clone(), queued.token().clone());
+        self.spawn_turn(session, queued, parts, Origin::Prompt(id), None);
+    }
+
+    /// A prompt's content as the user message, for the session's model.
+    pub(super) fn user_parts(&self, session: &Session, blocks: Vec<ContentBlock>) -> Result<Vec<UserPart>, RpcError> {
+        let model_key = session.choices().model_key;
+        let config = self.config();
+        let model = config.models.get(&model_key);
+        let vision = model.is_some_and(|m| m.vision);
+        let model_name = model.map_or(model_key.as_str(), |m| m.model.as_str());
+        prompt::to_user_parts(blocks, vision, model_name)
+            .map_err(|err| RpcError::new(INVALID_PARAMS, format!("Invalid params: {err}")))
+    }
+
+    /// Runs a queued turn in a task of its own: answers the prompt that
+    /// asked for it (if one did), and tells `started` whether it started.
+    /// Steering messages the turn ended before reading start a turn of
+    /// their own, unless it was cancelled (then they join the next prompt).
+    pub(super) fn spawn_turn(
+        self: &Arc<Self>,
+        session: Arc<Session>,
+        queued: QueuedTurn,
+        parts: Vec<UserPart>,
+        origin: Origin,
+        started: Option<tokio::sync::oneshot::Sender<bool>>,
+    ) {
+        let request_key = match &origin {
+            Origin::Prompt(id) => {
+                let key = id.to_string();
+                lock(&self.cancellable).insert(key.clone(), queued.token().clone());
+                Some(key)
+            }
+            Origin::Steer => None,
+        };
         let server = Arc::clone(self);
         self.tasks.spawn(async move {
             let token = queued.token().clone();
+            let echo = matches!(origin, Origin::Steer);
             let (response, usage) = match queued.start().await {
                 Some(mut turn) => {
-                    let response = server.run_prompt(&mut turn, parts).await;
+                    if let Some(started) = started {
+                        let _ = started.send(true);
+                    }
+                    let response = server.run_prompt(&mut turn, parts, echo).await;
                     (response, turn.conversation().turn_usage.take())
                 }
-                None => (Ok(StopReason::Cancelled), None),
+                None => {
+                    if let Some(started) = started {
+                        let _ = started.send(false);
+                    }
+                    (Ok(StopReason::Cancelled), None)
+                }
             };
             let usage = usage.map(|u| Usage::new(u.input_tokens + u.output_tokens, u.input_tokens, u.output_tokens));
             // ACP: once the user cancelled, the answer is `cancelled`, whatever
@@ -64,26 +109,56 @@ impl Server {
                 Ok(stop) => Ok(PromptResponse::new(super::to_acp_stop_reason(stop)).usage(usage)),
                 Err(err) => Err(super::turn_error_to_rpc(&err)),
             };
-            lock(&server.cancellable).remove(&request_key);
+            if let Some(key) = &request_key {
+                lock(&server.cancellable).remove(key);
+            }
             // Queued before the answer: whatever the client sends next (a
             // close, a list) reaches the store's writer after it.
             server.save_meta(&session);
-            server.outbox.respond(&id, response);
+            match origin {
+                Origin::Prompt(id) => server.outbox.respond(&id, response),
+                Origin::Steer => {
+                    if let Err(error) = response {
+                        tracing::warn!(session = %session.id(), message = %error.message, "a turn started by steering failed");
+                    }
+                }
+            }
             // After the answer: the disk must not hold up a cancel's
             // `cancelled`. Still inside the task, so shutdown waits for it.
             crate::undo::persist(&session).await;
+            if !token.is_cancelled() && !session.is_busy() {
+                server.run_waiting_steers(&session);
+            }
         });
     }
 
+    /// Starts a turn with the steering messages a turn ended before
+    /// reading, if any wait.
+    pub(super) fn run_waiting_steers(self: &Arc<Self>, session: &Arc<Session>) {
+        let parts: Vec<UserPart> = session.steers().take().into_iter().flatten().collect();
+        if parts.is_empty() {
+            return;
+        }
+        let queued = session.enqueue_turn();
+        self.spawn_turn(Arc::clone(session), queued, parts, Origin::Steer, None);
+    }
+
     /// Runs one prompt on a session whose conversation this turn holds.
-    async fn run_prompt(&self, turn: &mut TurnGuard, parts: Vec<UserPart>) -> Result<StopReason, TurnError> {
+    /// `echo` sends what the user wrote as `user_message_chunk`s too (a
+    /// prompt the client did not send as a prompt, so has not shown).
+    async fn run_prompt(
+        &self,
+        turn: &mut TurnGuard,
+        parts: Vec<UserPart>,
+        echo: bool,
+    ) -> Result<StopReason, TurnError> {
         let session = Arc::clone(turn.session());
         let events = self.events(&session);
         // What the user typed is part of what they saw: record it for replay.
         for part in &parts {
             if let UserPart::Text { text } = part {
-                events
-                    .record_only(SessionUpdate::UserMessageChunk(ContentChunk::new(ContentBlock::from(text.as_str()))));
+                let update = SessionUpdate::UserMessageChunk(ContentChunk::new(ContentBlock::from(text.as_str())));
+                if echo { events.send(update) } else { events.record_only(update) }
             }
         }
         if session.title().is_none()
@@ -118,7 +193,11 @@ impl Server {
         let launcher = crate::child::Launcher::for_session(&config.children, &config.sandbox, &roots);
         lock(session.policy()).set_confinement(launcher.confinement());
         let host = ClientHost::new(self.outbox.clone(), session_id.clone(), &capabilities, launcher);
-        let approver = ClientApprover { outbox: self.outbox.clone(), session_id };
+        let form = capabilities.elicitation.as_ref().is_some_and(|e| e.form.is_some());
+        let approver = ClientApprover { outbox: self.outbox.clone(), session_id, form };
+        // A mode the turn switches to (a plan approved) reaches the editor
+        // as it would from `/mode`, with the config options.
+        let events = &TurnEvents { events, server: self, session: &session };
         let limits = setup::tool_limits(&config);
         let external = session.external_tools();
         // The turn's changes to files are checkpointed (`/undo`) when the session keeps checkpoints.
@@ -148,12 +227,13 @@ impl Server {
             tools: crate::tools::definitions_with(config.tools.fetch),
             external: external.as_deref(),
             context: &config.context,
+            steers: Some(session.steers()),
         };
         let result = runner.run(turn.conversation(), parts).await;
         if let Some(recording) = recording
             && recording.finish(&session, turn.conversation()).await
         {
-            self.send_checkpoints(&session, events, false).await;
+            self.send_checkpoints(&session, events.events, false).await;
         }
         result
     }
@@ -221,6 +301,23 @@ impl Server {
                 setup::mode_switched(mode)
             }
             Err(message) => format!("{message}."),
+        }
+    }
+}
+
+/// A turn's events on their way to the editor: a mode the turn switched to
+/// also updates the config options and the session's metadata.
+struct TurnEvents<'a> {
+    events: &'a SessionEvents,
+    server: &'a Server,
+    session: &'a Session,
+}
+
+impl EventSink for TurnEvents<'_> {
+    fn emit(&self, event: AgentEvent) {
+        match event {
+            AgentEvent::ModeChanged(mode) => self.server.switch_mode(self.session, mode, true),
+            other => self.events.emit(other),
         }
     }
 }

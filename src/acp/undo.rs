@@ -139,7 +139,8 @@ fn newest(turns: &[checkpoint::TurnRecord]) -> &[checkpoint::TurnRecord] {
 fn show(events: &SessionEvents, session: &Session, verb: &str, outcome: &Outcome) {
     let id = format!("{}_{}", verb.to_lowercase(), uuid::Uuid::new_v4().simple());
     let title = format!("{verb}: {}", outcome.turn.prompt);
-    events.emit(AgentEvent::ToolCallStarted { id: id.clone(), title, kind: ToolKind::Edit });
+    let name = verb.to_lowercase();
+    events.emit(AgentEvent::ToolCallStarted { id: id.clone(), title, kind: ToolKind::Edit, name });
     let cwd = &session.setup().cwd;
     let mut content = Vec::new();
     for changed in &outcome.changed {

@@ -11,7 +11,10 @@ use agent_client_protocol_schema::v1::{SessionId, SessionNotification, SessionUp
 
 use crate::agent::{AgentEvent, EventSink};
 use crate::present::record::streamed_text;
-pub use crate::present::record::{fields, location, record, to_update, tool_content, tool_kind};
+pub use crate::present::record::{
+    COMPACTION_THOUGHT, Offers, Out, PLAN_ID, fields, location, markdown_plan, record, to_updates, tool_content,
+    tool_kind,
+};
 pub use crate::present::text::{Lines, shown};
 use crate::rpc::{Outbox, encode_notification};
 use crate::session::Journal;
@@ -28,6 +31,8 @@ pub struct SessionEvents {
     pub session_id: SessionId,
     /// Where the session's records go, if it is persisted.
     pub journal: Option<Journal>,
+    /// Which of the newer updates the client shows.
+    pub offers: Offers,
 }
 
 impl SessionEvents {
@@ -91,6 +96,11 @@ impl SessionEvents {
 
 impl EventSink for SessionEvents {
     fn emit(&self, event: AgentEvent) {
-        self.send(to_update(event));
+        for out in to_updates(event, self.offers) {
+            match out {
+                Out::History(update) => self.send(update),
+                Out::Live(update) => self.send_unrecorded(update),
+            }
+        }
     }
 }

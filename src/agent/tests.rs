@@ -122,7 +122,7 @@ impl Recorder {
         self.all()
             .into_iter()
             .filter_map(|event| match event {
-                AgentEvent::Usage { used, size, estimated } => Some((used, size, estimated)),
+                AgentEvent::Usage { used, size, estimated, .. } => Some((used, size, estimated)),
                 _ => None,
             })
             .collect()
@@ -324,6 +324,7 @@ impl Fixture {
             tools: self.tools,
             external: self.external.as_ref().map(|external| external as &dyn ExternalTools),
             context: &self.config.context,
+            steers: None,
         }
     }
 
@@ -678,7 +679,31 @@ async fn crossing_the_threshold_summarises_the_older_history() {
     assert_eq!(real[2]["content"], "Understood. I will continue from this summary.");
     assert!(real[3]["content"].as_str().unwrap().starts_with("question 2"));
     assert_eq!(last_sent_text(&requests[1].body), "next");
-    assert!(f.events.thoughts().iter().any(|t| t.starts_with("Summarising the earlier conversation")));
+    // The compaction is told as it goes: started, the summary as it is
+    // written, then how it ended (a front end shows it its own way).
+    let compaction: Vec<CompactionEvent> = f
+        .events
+        .all()
+        .into_iter()
+        .filter_map(|event| match event {
+            AgentEvent::Compaction(event) => Some(event),
+            _ => None,
+        })
+        .collect();
+    let Some(CompactionEvent::Started { id }) = compaction.first() else { panic!("{compaction:?}") };
+    let streamed: String = compaction
+        .iter()
+        .filter_map(|event| match event {
+            CompactionEvent::Summary { text, .. } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(streamed, "SUMMARY: three questions answered.");
+    let finished = CompactionEvent::Finished {
+        id: Arc::clone(id),
+        outcome: CompactionOutcome::Completed("SUMMARY: three questions answered.".to_owned()),
+    };
+    assert_eq!(compaction.last(), Some(&finished));
     assert_eq!(&conversation.messages()[2..4], &history[4..6]);
     assert_eq!(conversation.messages().len(), 6, "summary, ack, kept pair, prompt, answer");
     assert_eq!(f.events.text(), "Answer.", "the summary is not shown as the answer");

@@ -1,6 +1,6 @@
 //! `lathe sessions`: the saved sessions from a terminal. `list` (optionally
-//! for one directory), `show` (the conversation as Markdown), `rm` and
-//! `prune --older-than`. Everything goes through [`Store`]: this module
+//! for one directory), `show` (the conversation as Markdown), `fork` (a
+//! copy that goes on separately), `rm` and `prune --older-than`. Everything goes through [`Store`]: this module
 //! reads no session file itself; it only decides what to show and what to
 //! remove.
 //!
@@ -40,6 +40,16 @@ pub enum SessionsCommand {
         /// only to a pipe or a file, never to a terminal.
         #[arg(long)]
         raw: bool,
+    },
+    /// Copy a session into a new one that goes on separately (the source
+    /// is left as it is); prints the new session's id.
+    Fork {
+        /// The session id (or a prefix that matches only one).
+        id: String,
+        /// Keep the conversation only up to this message (an id an editor
+        /// saw on its chunks, `msg_...`), and its tool results.
+        #[arg(long, value_name = "MESSAGE_ID")]
+        at: Option<String>,
     },
     /// Remove sessions.
     #[command(visible_alias = "remove")]
@@ -95,6 +105,9 @@ pub enum SessionsError {
     /// Some of several removals failed (each was reported already).
     #[error("{0} of the sessions could not be removed")]
     Partly(usize),
+    /// The fork could not be made.
+    #[error(transparent)]
+    Fork(#[from] crate::fork::ForkError),
 }
 
 /// Fewest characters of a session id's own part (after `sess_`, which every
@@ -176,6 +189,18 @@ pub async fn run(
             } else {
                 out.text(&text)?
             }
+            Ok(())
+        }
+        SessionsCommand::Fork { id, at } => {
+            check_prefix(&id)?;
+            if !exists {
+                return Err(StoreError::NotFound(id).into());
+            }
+            let store = std::sync::Arc::new(open(data_dir)?);
+            let id = resolve(&store, &id)?;
+            let new_id = crate::setup::new_session_id();
+            crate::fork::fork(&store, &id, &new_id, at.as_deref()).await?;
+            out.line(&new_id)?;
             Ok(())
         }
         SessionsCommand::Rm { ids } => {
@@ -352,7 +377,7 @@ pub fn markdown(stored: &StoredSession) -> String {
                     "\n---\n\n*`/undo` took the conversation back here: the model went on from its first {keep} messages.*\n\n---\n"
                 ));
             }
-            Record::Update(_) | Record::Chunk(_) => {}
+            Record::Update(_) | Record::Chunk(_) | Record::Steers(_) => {}
         }
     }
     text

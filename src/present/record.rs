@@ -12,14 +12,17 @@ use std::sync::Arc;
 use serde_json::json;
 
 use agent_client_protocol_schema::v1::{
-    Content, ContentBlock, ContentChunk, Diff, ImageContent, MessageId, Plan, PlanEntry, PlanEntryPriority,
-    PlanEntryStatus, ResourceLink, SessionId, SessionNotification, SessionUpdate, StopReason as AcpStopReason,
-    Terminal, ToolCall, ToolCallContent, ToolCallLocation, ToolCallStatus as AcpToolCallStatus, ToolCallUpdate,
-    ToolCallUpdateFields, ToolKind as AcpToolKind, UsageUpdate,
+    ClientCapabilities, CompactionStatus, CompactionSummaryChunk, CompactionUpdate, Content, ContentBlock,
+    ContentChunk, Cost, CurrentModeUpdate, Diff, ImageContent, MessageId, Notice, NoticeSeverity, Plan, PlanEntry,
+    PlanEntryPriority, PlanEntryStatus, PlanUpdate, PlanUpdateContent, ResourceLink, SessionId, SessionNotification,
+    SessionUpdate, StopReason as AcpStopReason, Terminal, ToolCall, ToolCallContent, ToolCallLocation,
+    ToolCallStatus as AcpToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind as AcpToolKind, UsageUpdate,
 };
 
 use super::text::{Lines, shown};
-use crate::agent::{AgentEvent, StopReason, ToolCallChange, ToolCallStatus, TurnError};
+use crate::agent::{
+    AgentEvent, CompactionEvent, CompactionOutcome, StopReason, ToolCallChange, ToolCallStatus, TurnError,
+};
 use crate::model::ModelError;
 use crate::rpc::{INTERNAL_ERROR, RpcError, encode_notification};
 use crate::session::Journal;
@@ -56,23 +59,81 @@ pub(crate) fn streamed_text(update: &SessionUpdate) -> Option<Chunk> {
     Some(Chunk { kind, message_id: chunk.message_id.as_ref().map(|id| Arc::clone(&id.0)), text: text.text.clone() })
 }
 
-/// The `session/update` for an agent event.
-pub fn to_update(event: AgentEvent) -> SessionUpdate {
-    match event {
-        AgentEvent::AgentText { message_id, text } => SessionUpdate::AgentMessageChunk(
-            ContentChunk::new(ContentBlock::from(text)).message_id(MessageId::new(message_id)),
-        ),
-        AgentEvent::AgentThought { message_id, text } => SessionUpdate::AgentThoughtChunk(
-            ContentChunk::new(ContentBlock::from(text)).message_id(MessageId::new(message_id)),
-        ),
-        AgentEvent::ToolCallStarted { id, title, kind } => SessionUpdate::ToolCall(
-            ToolCall::new(id, shown(&title, Lines::One)).kind(tool_kind(kind)).status(AcpToolCallStatus::Pending),
-        ),
-        AgentEvent::ToolCallUpdated { id, change } => {
-            SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(id, fields(change)))
+/// Which of the newer, capability-gated session updates a client said it
+/// shows. A client that shows none of them gets what lathe sent before
+/// they existed, byte for byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Offers {
+    /// `plan_update` (client capability `plan`); else the legacy `plan`.
+    pub plan: bool,
+    /// `compaction_update` and `compaction_summary_chunk`
+    /// (`session.compaction`); else a thought line.
+    pub compaction: bool,
+    /// `notice` (`session.notices`); else an agent message.
+    pub notices: bool,
+}
+
+impl Offers {
+    /// Everything (a front end that shows every update its own way).
+    pub const ALL: Offers = Offers { plan: true, compaction: true, notices: true };
+
+    /// What a client with these capabilities shows.
+    pub fn of(capabilities: &ClientCapabilities) -> Offers {
+        let session = capabilities.session.as_ref();
+        Offers {
+            plan: capabilities.plan.is_some(),
+            compaction: session.is_some_and(|s| s.compaction.is_some()),
+            notices: session.is_some_and(|s| s.notices.is_some()),
         }
-        AgentEvent::Plan(items) => SessionUpdate::Plan(Plan::new(items.into_iter().map(plan_entry).collect())),
-        AgentEvent::Usage { used, size, estimated } => {
+    }
+}
+
+/// One update an event becomes, and whether it is history (journaled and
+/// replayed) or about now only.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Out {
+    /// Sent and recorded for replay.
+    History(SessionUpdate),
+    /// Sent only.
+    Live(SessionUpdate),
+}
+
+/// The id of the plan written in plan mode: one per session, each
+/// `plan_update` replaces it.
+pub const PLAN_ID: &str = "plan";
+
+/// The thought a client that does not show compactions sees when one starts.
+pub const COMPACTION_THOUGHT: &str =
+    "Summarising the earlier conversation to stay within the model's context window…\n";
+
+/// The `session/update`s for an agent event, for a client that shows `offers`.
+pub fn to_updates(event: AgentEvent, offers: Offers) -> Vec<Out> {
+    let history = |update| vec![Out::History(update)];
+    match event {
+        AgentEvent::AgentText { message_id, text } => history(SessionUpdate::AgentMessageChunk(
+            ContentChunk::new(ContentBlock::from(text)).message_id(MessageId::new(message_id)),
+        )),
+        AgentEvent::AgentThought { message_id, text } => history(SessionUpdate::AgentThoughtChunk(
+            ContentChunk::new(ContentBlock::from(text)).message_id(MessageId::new(message_id)),
+        )),
+        AgentEvent::UserText { message_id, text } => history(SessionUpdate::UserMessageChunk(
+            ContentChunk::new(ContentBlock::from(text)).message_id(MessageId::new(message_id)),
+        )),
+        AgentEvent::ToolCallStarted { id, title, kind, name } => history(SessionUpdate::ToolCall(
+            ToolCall::new(id, shown(&title, Lines::One))
+                .kind(tool_kind(kind))
+                .status(AcpToolCallStatus::Pending)
+                .name(shown(&name, Lines::One).into_owned()),
+        )),
+        AgentEvent::ToolCallUpdated { id, change } => {
+            history(SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(id, fields(change))))
+        }
+        AgentEvent::Plan(items) => history(SessionUpdate::Plan(Plan::new(items.into_iter().map(plan_entry).collect()))),
+        AgentEvent::PlanDocument { markdown } if offers.plan => {
+            history(SessionUpdate::PlanUpdate(PlanUpdate::new(PlanUpdateContent::markdown(PLAN_ID, markdown))))
+        }
+        AgentEvent::PlanDocument { markdown } => history(SessionUpdate::Plan(markdown_plan(&markdown))),
+        AgentEvent::Usage { used, size, estimated, cost } => {
             let mut update = UsageUpdate::new(used, size);
             if estimated {
                 // The server reported no usage: say that the figure is lathe's estimate.
@@ -80,9 +141,91 @@ pub fn to_update(event: AgentEvent) -> SessionUpdate {
                 meta.insert("lathe".to_owned(), serde_json::json!({ "estimated": true }));
                 update = update.meta(meta);
             }
-            SessionUpdate::UsageUpdate(update)
+            if let Some(cost) = cost {
+                update = update.cost(Cost::new(cost, "USD"));
+            }
+            history(SessionUpdate::UsageUpdate(update))
         }
+        AgentEvent::Notice { title, text } if offers.notices => {
+            let notice = Notice::new(NoticeSeverity::Warning, title).description(text.trim().to_owned());
+            vec![Out::Live(SessionUpdate::Notice(notice))]
+        }
+        AgentEvent::Notice { text, .. } => {
+            let message_id = MessageId::new(format!("notice_{}", uuid::Uuid::new_v4().simple()));
+            history(SessionUpdate::AgentMessageChunk(
+                ContentChunk::new(ContentBlock::from(text)).message_id(message_id),
+            ))
+        }
+        AgentEvent::ModeChanged(mode) => {
+            vec![Out::Live(SessionUpdate::CurrentModeUpdate(CurrentModeUpdate::new(mode.id())))]
+        }
+        AgentEvent::Compaction(event) => compaction(event, offers.compaction),
     }
+}
+
+/// A compaction as `compaction_update`s and `compaction_summary_chunk`s
+/// (the finished one recorded: replay shows it), or, for a client that does
+/// not show them, the thought line lathe sent before they existed.
+fn compaction(event: CompactionEvent, offered: bool) -> Vec<Out> {
+    match (event, offered) {
+        (CompactionEvent::Started { id }, true) => {
+            vec![Out::Live(SessionUpdate::CompactionUpdate(CompactionUpdate::new(id, CompactionStatus::InProgress)))]
+        }
+        (CompactionEvent::Started { id }, false) => vec![Out::History(SessionUpdate::AgentThoughtChunk(
+            ContentChunk::new(ContentBlock::from(COMPACTION_THOUGHT)).message_id(MessageId::new(id)),
+        ))],
+        (CompactionEvent::Summary { id, text }, true) => {
+            vec![Out::Live(SessionUpdate::CompactionSummaryChunk(CompactionSummaryChunk::new(
+                id,
+                ContentBlock::from(text),
+            )))]
+        }
+        (CompactionEvent::Finished { id, outcome }, true) => {
+            let update = match outcome {
+                CompactionOutcome::Completed(summary) => {
+                    CompactionUpdate::new(id, CompactionStatus::Completed).summary(vec![ContentBlock::from(summary)])
+                }
+                CompactionOutcome::Failed(error) => CompactionUpdate::new(id, CompactionStatus::Failed).error(error),
+                CompactionOutcome::Cancelled => CompactionUpdate::new(id, CompactionStatus::Cancelled),
+            };
+            vec![Out::History(SessionUpdate::CompactionUpdate(update))]
+        }
+        (CompactionEvent::Summary { .. } | CompactionEvent::Finished { .. }, false) => Vec::new(),
+    }
+}
+
+/// A Markdown plan as the legacy `plan` entries, for a client that does not
+/// show `plan_update`: one entry per item of its lists (`- [x]` done), or
+/// per line when it has no list; headings and blank lines are left out.
+pub fn markdown_plan(markdown: &str) -> Plan {
+    let lines: Vec<&str> = markdown.lines().map(str::trim).filter(|line| !line.is_empty()).collect();
+    let item = |line: &str| -> Option<String> {
+        let rest =
+            line.strip_prefix("- ").or_else(|| line.strip_prefix("* ")).or_else(|| line.strip_prefix("+ ")).or_else(
+                || {
+                    let digits = line.find(|c: char| !c.is_ascii_digit()).filter(|&n| n > 0)?;
+                    line[digits..].strip_prefix(". ").or_else(|| line[digits..].strip_prefix(") "))
+                },
+            )?;
+        Some(rest.trim().to_owned())
+    };
+    let listed: Vec<String> = lines.iter().filter_map(|line| item(line)).collect();
+    let steps = if listed.is_empty() {
+        lines.iter().filter(|line| !line.starts_with('#')).map(|line| (*line).to_owned()).collect()
+    } else {
+        listed
+    };
+    let entries = steps
+        .into_iter()
+        .map(|step| {
+            let (status, text) = match step.strip_prefix("[x] ").or_else(|| step.strip_prefix("[X] ")) {
+                Some(done) => (PlanEntryStatus::Completed, done.to_owned()),
+                None => (PlanEntryStatus::Pending, step.strip_prefix("[ ] ").unwrap_or(&step).to_owned()),
+            };
+            PlanEntry::new(shown(&text, Lines::One), PlanEntryPriority::Medium, status)
+        })
+        .collect();
+    Plan::new(entries)
 }
 
 /// The ACP fields of a tool-call change.

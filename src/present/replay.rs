@@ -12,7 +12,10 @@ use agent_client_protocol_schema::v1::{
     ContentBlock, ContentChunk, MessageId, SessionId, SessionNotification, SessionUpdate,
 };
 
-use crate::model::Message;
+use serde_json::{Value, json};
+
+use super::record::{self, Offers};
+use crate::model::{Message, UserPart};
 use crate::rpc::encode_notification;
 use crate::store::{ChunkKind, Record, SessionMeta, Store, StoreError};
 
@@ -71,7 +74,7 @@ fn chunk_kind(update: &str) -> Option<ChunkKind> {
 /// A stored session's metadata and the model transcript it continues from
 /// (what `session/resume` starts from; nothing is replayed), for a front end
 /// that shows no replay. Blocking: it reads the log.
-pub fn stored_transcript(store: &Store, id: &str) -> Result<(SessionMeta, Vec<Message>), StoreError> {
+pub fn stored_transcript(store: &Store, id: &str) -> Result<(SessionMeta, Restored), StoreError> {
     let mut replayer = Replayer::new(SessionId::new(id), None);
     let meta = store.read(id, &mut |record| replayer.record(record))?;
     Ok((meta, replayer.finish()))
@@ -95,16 +98,47 @@ pub(crate) struct Replayer<'a> {
     session_id: SessionId,
     /// Where replay lines go; `None` for `session/resume`.
     send: Option<&'a mut dyn FnMut(Vec<u8>)>,
+    /// What the loading client shows of the newer updates: the others are
+    /// replayed the way it would have been sent them.
+    offers: Offers,
     held: Option<Held>,
     last_usage: Option<Vec<u8>>,
     messages: Vec<Message>,
+    /// Steering messages waiting, as last journaled.
+    waiting: Vec<Vec<UserPart>>,
     /// Answer text the user saw after the last transcript change.
     streamed: String,
 }
 
+/// What a stored session goes on from.
+#[derive(Debug, Default)]
+pub struct Restored {
+    /// The model transcript (repaired if the process died mid-turn).
+    pub messages: Vec<Message>,
+    /// Steering messages no turn had read yet.
+    pub waiting: Vec<Vec<UserPart>>,
+    /// What its requests had cost, from the last usage figure, when known.
+    pub cost: Option<f64>,
+}
+
 impl<'a> Replayer<'a> {
     pub(crate) fn new(session_id: SessionId, send: Option<&'a mut dyn FnMut(Vec<u8>)>) -> Self {
-        Self { session_id, send, held: None, last_usage: None, messages: Vec::new(), streamed: String::new() }
+        Self {
+            session_id,
+            send,
+            offers: Offers::ALL,
+            held: None,
+            last_usage: None,
+            messages: Vec::new(),
+            waiting: Vec::new(),
+            streamed: String::new(),
+        }
+    }
+
+    /// Replays for a client that shows `offers`.
+    pub(crate) fn offering(mut self, offers: Offers) -> Self {
+        self.offers = offers;
+        self
     }
 
     pub(crate) fn record(&mut self, record: Record) {
@@ -128,6 +162,7 @@ impl<'a> Replayer<'a> {
                 self.hold(chunk.kind, chunk.message_id, &chunk.text, None);
             }
             Record::Update(sent) => self.update(sent),
+            Record::Steers(waiting) => self.waiting = waiting,
         }
     }
 
@@ -148,6 +183,14 @@ impl<'a> Replayer<'a> {
             return;
         }
         if NOT_REPLAYED.contains(&&*update.kind) {
+            return;
+        }
+        if !self.offered(&update.kind) {
+            let kind = update.kind.to_string();
+            drop(peek);
+            if let Some(line) = self.translated(&kind, &sent) {
+                self.emit_after_held(line);
+            }
             return;
         }
         let plain = update.meta.is_none()
@@ -215,22 +258,60 @@ impl<'a> Replayer<'a> {
         }
     }
 
-    /// Sends what is still held and the last usage figure; returns the transcript.
-    pub(crate) fn finish(mut self) -> Vec<Message> {
+    /// Whether the loading client shows updates of this kind.
+    fn offered(&self, kind: &str) -> bool {
+        match kind {
+            "plan_update" | "plan_removed" => self.offers.plan,
+            "compaction_update" | "compaction_summary_chunk" => self.offers.compaction,
+            "notice" => self.offers.notices,
+            _ => true,
+        }
+    }
+
+    /// An update recorded for a client that showed it, as a client that
+    /// does not would have been sent it (see [`record::to_updates`]): a
+    /// Markdown plan as `plan` entries, a finished compaction as the
+    /// thought line; `None` when such a client got nothing.
+    fn translated(&self, kind: &str, sent: &str) -> Option<Vec<u8>> {
+        let line: Value = serde_json::from_str(sent).ok()?;
+        let update = line.pointer("/params/update")?;
+        let translated = match kind {
+            "plan_update" if update.pointer("/plan/type") == Some(&json!("markdown")) => {
+                SessionUpdate::Plan(record::markdown_plan(update.pointer("/plan/content")?.as_str()?))
+            }
+            "compaction_update" if update["status"] == "completed" => {
+                let id = update["compactionId"].as_str()?;
+                SessionUpdate::AgentThoughtChunk(
+                    ContentChunk::new(ContentBlock::from(record::COMPACTION_THOUGHT)).message_id(MessageId::new(id)),
+                )
+            }
+            _ => return None,
+        };
+        encode_notification("session/update", &SessionNotification::new(self.session_id.clone(), translated))
+            .inspect_err(|err| tracing::error!(%err, "cannot encode a replayed update"))
+            .ok()
+    }
+
+    /// Sends what is still held and the last usage figure; returns what the
+    /// session goes on from.
+    pub(crate) fn finish(mut self) -> Restored {
         self.flush_held();
+        let cost = self
+            .last_usage
+            .as_deref()
+            .and_then(|line| serde_json::from_slice::<Value>(line).ok())
+            .and_then(|line| line.pointer("/params/update/cost/amount").and_then(Value::as_f64));
         if let (Some(usage), Some(send)) = (self.last_usage.take(), &mut self.send) {
             send(usage);
         }
         let mut messages = std::mem::take(&mut self.messages);
         crate::agent::repair_transcript(&mut messages, std::mem::take(&mut self.streamed));
-        messages
+        Restored { messages, waiting: std::mem::take(&mut self.waiting), cost }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use serde_json::{Value, json};
-
     use super::*;
     use crate::store::Chunk;
 
@@ -257,7 +338,7 @@ mod tests {
         for record in records {
             replayer.record(record);
         }
-        let transcript = replayer.finish();
+        let transcript = replayer.finish().messages;
         (lines, transcript)
     }
 

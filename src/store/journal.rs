@@ -19,6 +19,9 @@
 //! - `{"lathe":"reset","messages":[…]}`: the transcript was replaced.
 //! - `{"lathe":"rewind","keep":n}`: the transcript was cut back to its
 //!   first `n` messages (`/undo`); an older lathe skips it with a warning.
+//! - `{"lathe":"steers","pending":[[part…]…]}`: the steering messages
+//!   waiting for the running turn, all of them (`[]` once taken); an older
+//!   lathe skips it with a warning.
 //!
 //! A reader skips, with a warning, a line it cannot parse (a tail torn by a
 //! crash) or does not know (written by a newer lathe), and keeps the rest.
@@ -65,6 +68,9 @@ enum LineOut<'a> {
     Rewind {
         keep: usize,
     },
+    Steers {
+        pending: &'a [Vec<crate::model::UserPart>],
+    },
 }
 
 /// Every field any line may have: one pass over a line whatever its kind.
@@ -88,6 +94,8 @@ struct LineIn<'a> {
     messages: Option<Vec<Message>>,
     #[serde(default)]
     keep: Option<usize>,
+    #[serde(default)]
+    pending: Option<Vec<Vec<crate::model::UserPart>>>,
     #[serde(borrow, default)]
     text_of: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
@@ -220,6 +228,7 @@ impl WriterState {
                 self.recent.clear();
                 line(out, &LineOut::Rewind { keep: *keep });
             }
+            Record::Steers(pending) => line(out, &LineOut::Steers { pending }),
             Record::Update(sent) => {
                 out.extend_from_slice(sent.as_bytes());
                 out.push(b'\n');
@@ -275,7 +284,8 @@ pub fn read(path: &Path, reader: impl BufRead, visit: &mut dyn FnMut(Record)) {
             }
             continue;
         }
-        let LineIn { lathe, version, kind, id, text, message, messages, keep, text_of, reasoning_of, .. } = parsed;
+        let LineIn { lathe, version, kind, id, text, message, messages, keep, pending, text_of, reasoning_of, .. } =
+            parsed;
         match (lathe.as_deref(), kind, text) {
             (Some("journal"), ..) => {
                 if version.is_some_and(|v| v > VERSION) && !newer_seen {
@@ -326,6 +336,10 @@ pub fn read(path: &Path, reader: impl BufRead, visit: &mut dyn FnMut(Record)) {
                 continues = None;
                 recent.clear();
                 visit(Record::Rewind(keep.unwrap_or_default()));
+            }
+            (Some("steers"), ..) if pending.is_some() => {
+                continues = None;
+                visit(Record::Steers(pending.unwrap_or_default()));
             }
             _ => {
                 continues = None;

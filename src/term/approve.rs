@@ -13,7 +13,14 @@
 //! to the terminal's width, and when anything was cut the question's title
 //! (the command's first line) is repeated right above the keys, with `v` to
 //! show everything.
+//!
+//! The model's questions (`ask_user`) and a plan's approval
+//! (`exit_plan_mode`) are a numbered list: the user types a number, or
+//! their own answer where one is welcome, and Enter; Esc leaves the
+//! question unanswered. Without a terminal there is no one to ask, which
+//! the model hears at once.
 
+use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -24,7 +31,7 @@ use futures_util::future::BoxFuture;
 use super::events::Screen;
 use super::lock;
 use super::style::{self, Paint};
-use crate::permission::{Answer, ApprovalError, Approver, PermissionQuestion};
+use crate::permission::{Answer, ApprovalError, Approver, AskError, PermissionQuestion, UserQuestion, UserReply};
 use crate::present::text::{Lines, shown};
 use crate::session::Session;
 use crate::tools::DisplayContent;
@@ -44,6 +51,9 @@ pub struct TermApprover {
     pub screen: Arc<Mutex<Screen>>,
     /// Cancelled by Ctrl-C at the question.
     pub session: Arc<Session>,
+    /// Held while a question reads the terminal (what else reads it, the
+    /// chat's steering line, waits).
+    pub input: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// What a key press meant.
@@ -78,6 +88,7 @@ impl Drop for Withdraw {
 impl Approver for TermApprover {
     fn ask<'a>(&'a self, question: &'a PermissionQuestion) -> BoxFuture<'a, Result<Answer, ApprovalError>> {
         Box::pin(async move {
+            let _reading = self.input.lock().await;
             lock(&self.screen).break_lines();
             let paint = Paint::stderr();
             let asked = render_question(paint, question, terminal_size());
@@ -118,6 +129,125 @@ impl Approver for TermApprover {
             }
         })
     }
+
+    fn ask_user<'a>(&'a self, question: &'a UserQuestion) -> BoxFuture<'a, Result<UserReply, AskError>> {
+        Box::pin(self.ask_on_terminal(question))
+    }
+}
+
+/// What was typed at a question.
+enum Typed {
+    Line(String),
+    Escape,
+    Interrupt,
+}
+
+impl TermApprover {
+    async fn ask_on_terminal(&self, question: &UserQuestion) -> Result<UserReply, AskError> {
+        // Said at once: `exec` in a pipeline with no terminal at all.
+        let terminal = std::io::stdin().is_terminal() || std::fs::File::open("/dev/tty").is_ok();
+        if !terminal {
+            return Err(AskError::NoOneToAsk("lathe runs without a terminal to ask on".to_owned()));
+        }
+        let _reading = self.input.lock().await;
+        lock(&self.screen).break_lines();
+        let paint = Paint::stderr();
+        let mut text = format!("{} {}\n", paint.yellow("?"), paint.bold(&shown(&question.question, Lines::Many)));
+        for (n, choice) in question.choices.iter().enumerate() {
+            text.push_str(&format!("  {} {}\n", paint.cyan(&format!("[{}]", n + 1)), shown(&choice.label, Lines::One)));
+        }
+        let how = match (question.choices.is_empty(), question.free_text) {
+            (true, _) => "type your answer and Enter; Esc: no answer",
+            (false, true) => "a number, or your own answer, and Enter; Esc: no answer",
+            (false, false) => "a number and Enter; Esc: no answer",
+        };
+        text.push_str(&format!("  {}", paint.dim(how)));
+        style::err_line(&text);
+        let stop = Arc::new(AtomicBool::new(false));
+        let _withdraw = Withdraw(Arc::clone(&stop));
+        loop {
+            let reading = {
+                let stop = Arc::clone(&stop);
+                tokio::task::spawn_blocking(move || read_line(&stop))
+            };
+            let typed = match reading.await {
+                Ok(Ok(Some(typed))) => typed,
+                Ok(Ok(None)) => return Ok(UserReply::Cancelled),
+                Ok(Err(err)) => return Err(AskError::NoOneToAsk(format!("no terminal to ask on ({err})"))),
+                Err(err) => return Err(AskError::Failed(format!("asking on the terminal failed: {err}"))),
+            };
+            let line = match typed {
+                Typed::Interrupt => {
+                    style::err_line(&paint.dim("  → cancelled"));
+                    self.session.cancel_turns();
+                    return Ok(UserReply::Cancelled);
+                }
+                Typed::Escape => {
+                    style::err_line(&paint.dim("  → no answer"));
+                    return Ok(UserReply::Declined);
+                }
+                Typed::Line(line) => line,
+            };
+            let line = line.trim();
+            let chosen =
+                line.parse::<usize>().ok().and_then(|n| n.checked_sub(1)).and_then(|n| question.choices.get(n));
+            if let Some(choice) = chosen {
+                style::err_line(&paint.dim(&format!("  → {}", shown(&choice.label, Lines::One))));
+                return Ok(UserReply::Chose(choice.id.clone()));
+            }
+            if question.free_text && !line.is_empty() {
+                return Ok(UserReply::Wrote(line.to_owned()));
+            }
+            style::err_line(&paint.dim(&format!("  {how}")));
+        }
+    }
+}
+
+/// Reads one line on the terminal in raw mode, echoing it on stderr;
+/// `None` once `stop` is set.
+fn read_line(stop: &AtomicBool) -> std::io::Result<Option<Typed>> {
+    crossterm::terminal::enable_raw_mode()?;
+    let mut line = String::new();
+    let result = (|| {
+        let mut stderr = std::io::stderr();
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(None);
+            }
+            if !event::poll(Duration::from_millis(100))? {
+                continue;
+            }
+            let Event::Key(key) = event::read()? else { continue };
+            if key.kind != KeyEventKind::Press {
+                continue;
+            }
+            match key.code {
+                KeyCode::Char('c') if key.modifiers.contains(KeyModifiers::CONTROL) => {
+                    return Ok(Some(Typed::Interrupt));
+                }
+                KeyCode::Esc => return Ok(Some(Typed::Escape)),
+                // A line typed before raw mode began ends in a newline,
+                // which raw mode reads as Ctrl-J.
+                KeyCode::Enter => return Ok(Some(Typed::Line(std::mem::take(&mut line)))),
+                KeyCode::Char('j') if key.modifiers.contains(KeyModifiers::CONTROL) => {
+                    return Ok(Some(Typed::Line(std::mem::take(&mut line))));
+                }
+                KeyCode::Backspace if line.pop().is_some() => {
+                    let _ = std::io::Write::write_all(&mut stderr, b"\x08 \x08");
+                }
+                KeyCode::Char(c) if !c.is_control() => {
+                    line.push(c);
+                    let _ = std::io::Write::write_all(&mut stderr, c.to_string().as_bytes());
+                }
+                _ => {}
+            }
+            let _ = std::io::Write::flush(&mut stderr);
+        }
+    })();
+    let _ = crossterm::terminal::disable_raw_mode();
+    // The typed line ends where the question's answer begins.
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), b"\r\n");
+    result
 }
 
 /// The terminal's columns and rows (stderr's terminal), or [`DEFAULT_SIZE`].

@@ -4,6 +4,16 @@
 //! first token; the plan as a checklist; diffs coloured. Ctrl-C cancels the
 //! running turn (at the prompt it clears the line, and a second Ctrl-C in a
 //! row quits); Ctrl-D quits.
+//!
+//! While a turn runs, what the user types is read too: a line ended with
+//! Enter steers the turn (the model reads it before its next request; see
+//! [`crate::session::Session::steer`]), one ended with Alt-Enter waits and
+//! is sent as the next prompt once the turn is over. Enter steers because
+//! that is what typing at a running agent usually means (and what Codex
+//! does); Alt-Enter is the key terminals send with a mark of their own
+//! (ESC, then Enter) that a line read without taking the terminal over
+//! (the turn's output keeps streaming) can still tell apart. `/plan`
+//! switches to plan mode (`/plan <prompt>` also sends the prompt).
 
 use std::borrow::Cow;
 use std::io::IsTerminal;
@@ -17,6 +27,11 @@ use rustyline::history::DefaultHistory;
 use rustyline::validate::Validator;
 use rustyline::{Context, Editor, Helper};
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
+
 use super::approve::TermApprover;
 use super::events::Output;
 use super::style::{self, Paint};
@@ -24,9 +39,10 @@ use super::{Engine, SessionArgs, TermEvents, exit};
 use crate::agent::StopReason;
 use crate::commands::SlashCommand;
 use crate::config::Config;
+use crate::model::UserPart;
 use crate::permission::Mode;
 use crate::present::text::{Lines, shown};
-use crate::session::Session;
+use crate::session::{Session, Steered};
 
 /// `lathe chat`'s arguments.
 #[derive(Debug, Clone, clap::Args)]
@@ -65,7 +81,10 @@ pub fn chat(config: Config, args: ChatArgs, runtime: &tokio::runtime::Runtime) -
         paint.bold("lathe chat"),
         paint.dim(&format!("· session {} · model {} · mode {}", session.id(), choices.model_key, session.mode().id()))
     ));
-    style::err_line(&paint.dim("Ctrl-C cancels a turn, Ctrl-D or Ctrl-C twice quits; type / and Tab for commands."));
+    style::err_line(&paint.dim(
+        "Ctrl-C cancels a turn, Ctrl-D or Ctrl-C twice quits; type / and Tab for commands. While a turn runs, Enter \
+         steers it and Alt-Enter queues the next prompt.",
+    ));
     if let Some((title, text)) = engine.sandbox_notice(&session) {
         style::warn_line(&format!("{title}: {text}"));
     }
@@ -79,7 +98,15 @@ pub fn chat(config: Config, args: ChatArgs, runtime: &tokio::runtime::Runtime) -
             return exit::ERROR;
         }
     };
+    let mut commands = commands;
+    commands.push(SlashCommand {
+        name: "plan".to_owned(),
+        description: "Plan first: switch to plan mode (and send the prompt, if one follows)".to_owned(),
+        hint: Some("[prompt]".to_owned()),
+        kind: crate::commands::CommandKind::Mode,
+    });
     editor.set_helper(Some(Commands(commands)));
+    let input = Arc::new(tokio::sync::Mutex::new(()));
     if let Some(path) = &history {
         // A first run has none yet.
         let _ = editor.load_history(path);
@@ -101,7 +128,27 @@ pub fn chat(config: Config, args: ChatArgs, runtime: &tokio::runtime::Runtime) -
                 {
                     tracing::debug!(%err, "cannot save the chat history");
                 }
-                runtime.block_on(turn(&engine, &session, line));
+                let mut prompts = std::collections::VecDeque::from([line]);
+                while let Some(prompt) = prompts.pop_front() {
+                    let Some(prompt) = plan_command(&engine, &session, prompt) else { continue };
+                    let after = runtime.block_on(turn(&engine, &session, prompt, &input));
+                    if after.cancelled {
+                        for unsent in after.queued.into_iter().chain(prompts.drain(..)) {
+                            style::err_line(&paint.dim(&format!("not sent (the turn was cancelled): {unsent}")));
+                            let _ = editor.add_history_entry(unsent.as_str());
+                        }
+                        break;
+                    }
+                    // Steers the turn ended before reading go first, as the
+                    // next prompt; then what was queued, in order.
+                    let waiting = steer_text(session.steers().take());
+                    for text in after.queued.into_iter().rev() {
+                        prompts.push_front(text);
+                    }
+                    if !waiting.is_empty() {
+                        prompts.push_front(waiting);
+                    }
+                }
             }
             Err(ReadlineError::Interrupted) if interrupted => break,
             Err(ReadlineError::Interrupted) => {
@@ -120,11 +167,63 @@ pub fn chat(config: Config, args: ChatArgs, runtime: &tokio::runtime::Runtime) -
     exit::OK
 }
 
-/// One prompt: the spinner, the turn, Ctrl-C cancelling it, how it ended.
-async fn turn(engine: &Engine, session: &Arc<Session>, line: String) {
+/// `/plan [prompt]`: switches to plan mode; gives back the prompt to send,
+/// if any (any other line is given back as it is).
+fn plan_command(engine: &Engine, session: &Session, line: String) -> Option<String> {
+    let rest = match line.trim_start().strip_prefix("/plan") {
+        Some(rest) if rest.is_empty() || rest.starts_with(char::is_whitespace) => rest.trim().to_owned(),
+        _ => return Some(line),
+    };
+    session.set_mode(Mode::Plan);
+    engine.save_meta(session);
+    style::err_line(&Paint::stderr().dim("mode: plan (read and search, then a plan to approve)"));
+    (!rest.is_empty()).then_some(rest)
+}
+
+/// The text of steering messages, joined, as a prompt.
+fn steer_text(steers: Vec<Vec<UserPart>>) -> String {
+    let texts: Vec<String> = steers
+        .into_iter()
+        .flatten()
+        .filter_map(|part| match part {
+            UserPart::Text { text } => Some(text),
+            UserPart::Image { .. } => None,
+        })
+        .collect();
+    texts.join("\n\n")
+}
+
+/// How a turn ended, for what comes next.
+struct After {
+    /// The user cancelled it.
+    cancelled: bool,
+    /// Prompts typed (Alt-Enter) while it ran, in order.
+    queued: Vec<String>,
+}
+
+/// A line typed while a turn runs.
+enum Typed {
+    /// Enter: steer the turn.
+    Steer(String),
+    /// Alt-Enter: the next prompt.
+    Queue(String),
+}
+
+/// One prompt: the spinner, the turn, Ctrl-C cancelling it, how it ended;
+/// lines typed meanwhile steer it or wait for it (see the module doc).
+async fn turn(engine: &Engine, session: &Arc<Session>, line: String, input: &Arc<tokio::sync::Mutex<()>>) -> After {
     let events = TermEvents::new(session.id(), session.journal().cloned(), Output::Chat);
-    let approver = TermApprover { screen: events.screen(), session: Arc::clone(session) };
+    let approver = TermApprover { screen: events.screen(), session: Arc::clone(session), input: Arc::clone(input) };
     events.waiting();
+    let (typed_tx, mut typed) = tokio::sync::mpsc::unbounded_channel();
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (stop, input) = (Arc::clone(&stop), Arc::clone(input));
+        std::thread::Builder::new()
+            .name("lathe-chat-input".to_owned())
+            .spawn(move || read_typed(&stop, &input, &typed_tx))
+    };
+    let mut queued = Vec::new();
     let prompted = engine.prompt(session, line, &events, &approver);
     tokio::pin!(prompted);
     // Not or_cancel: Ctrl-C is the source of the cancel here, not a wait to
@@ -139,10 +238,33 @@ async fn turn(engine: &Engine, session: &Arc<Session>, line: String) {
                 }
                 session.cancel_turns();
             }
+            Some(line) = typed.recv() => match line {
+                Typed::Steer(text) => match session.steer(vec![UserPart::Text { text: text.clone() }]) {
+                    // Shown when the model reads it.
+                    Steered::Queued => {}
+                    Steered::Idle(_) => queued.insert(0, text),
+                },
+                Typed::Queue(text) => {
+                    style::err_line(&Paint::stderr().dim(&format!("queued: {}", shown(&text, Lines::One))));
+                    queued.push(text);
+                }
+            },
         }
     };
+    stop.store(true, Ordering::Relaxed);
+    if let Ok(reader) = reader {
+        let _ = reader.join();
+    }
+    // A line typed as the turn ended.
+    while let Ok(line) = typed.try_recv() {
+        match line {
+            Typed::Steer(text) => queued.insert(0, text),
+            Typed::Queue(text) => queued.push(text),
+        }
+    }
     events.finish();
     let paint = Paint::stderr();
+    let cancelled = matches!(prompted.result, Ok(StopReason::Cancelled));
     match prompted.result {
         Ok(StopReason::EndTurn) => {}
         Ok(StopReason::Cancelled) => style::err_line(&paint.yellow("cancelled")),
@@ -152,6 +274,52 @@ async fn turn(engine: &Engine, session: &Arc<Session>, line: String) {
         }
         Ok(StopReason::Refusal) => style::err_line(&paint.yellow("stopped: the model refused")),
         Err(err) => style::err_line(&format!("{} {}", paint.red("error:"), shown(&err.to_string(), Lines::Many))),
+    }
+    After { cancelled, queued }
+}
+
+/// Reads the lines typed while a turn runs, until `stop`: the terminal is
+/// left as it is (it echoes them, and the turn's output goes on), so a
+/// line arrives whole when Enter is pressed; Alt-Enter sends ESC before it.
+/// Pauses while a question holds `input`.
+fn read_typed(stop: &AtomicBool, input: &tokio::sync::Mutex<()>, typed: &tokio::sync::mpsc::UnboundedSender<Typed>) {
+    let mut line = String::new();
+    while !stop.load(Ordering::Relaxed) {
+        let Ok(_reading) = input.try_lock() else {
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        };
+        match event::poll(Duration::from_millis(50)) {
+            Ok(true) => {}
+            Ok(false) => continue,
+            Err(err) => {
+                tracing::debug!(%err, "cannot read the terminal during a turn");
+                return;
+            }
+        }
+        let Ok(Event::Key(key)) = event::read() else { continue };
+        if key.kind != KeyEventKind::Press {
+            continue;
+        }
+        match key.code {
+            KeyCode::Enter => {
+                let text = std::mem::take(&mut line).trim().to_owned();
+                if text.is_empty() {
+                    continue;
+                }
+                let line =
+                    if key.modifiers.contains(KeyModifiers::ALT) { Typed::Queue(text) } else { Typed::Steer(text) };
+                if typed.send(line).is_err() {
+                    return;
+                }
+            }
+            KeyCode::Backspace => {
+                line.pop();
+            }
+            KeyCode::Char(c) if !key.modifiers.contains(KeyModifiers::CONTROL) => line.push(c),
+            KeyCode::Tab => line.push('\t'),
+            _ => {}
+        }
     }
 }
 

@@ -16,10 +16,10 @@ use agent_client_protocol_schema::v1::{
 
 use super::lock;
 use super::style::{self, Paint};
-use crate::agent::{AgentEvent, EventSink, ToolCallChange, ToolCallStatus};
+use crate::agent::{AgentEvent, CompactionEvent, CompactionOutcome, EventSink, ToolCallChange, ToolCallStatus};
 use crate::checkpoint::Outcome;
 use crate::model::UserPart;
-use crate::present::record::{record, to_update};
+use crate::present::record::{COMPACTION_THOUGHT, Offers, Out, record, to_updates};
 use crate::present::text::{Lines, shown};
 use crate::session::Journal;
 use crate::tools::{DisplayContent, PlanItem, PlanStatus, ToolKind};
@@ -125,13 +125,23 @@ impl TermEvents {
 
 impl EventSink for TermEvents {
     fn emit(&self, event: AgentEvent) {
-        let update = to_update(event.clone());
+        // Recorded as for an editor that shows every kind of update (a
+        // session/load by one that shows fewer translates them).
+        let updates = to_updates(event.clone(), Offers::ALL);
         if let Some(journal) = &self.journal {
-            record(journal, &self.session_id, update.clone());
+            for out in &updates {
+                if let Out::History(update) = out {
+                    record(journal, &self.session_id, update.clone());
+                }
+            }
         }
         let mut screen = lock(&self.screen);
         match screen.output {
-            Output::Json => screen.json(&SessionNotification::new(self.session_id.clone(), update)),
+            Output::Json => {
+                for Out::History(update) | Out::Live(update) in updates {
+                    screen.json(&SessionNotification::new(self.session_id.clone(), update));
+                }
+            }
             Output::Plain | Output::Chat => screen.show(event),
         }
     }
@@ -272,12 +282,60 @@ impl Screen {
                 let _ = stderr.flush();
                 self.thought_open = !text.ends_with('\n');
             }
-            AgentEvent::ToolCallStarted { id, title, kind } => {
+            AgentEvent::ToolCallStarted { id, title, kind, .. } => {
                 self.calls.insert(id, CallState { title, kind, announced: false });
             }
             AgentEvent::ToolCallUpdated { id, change } => self.tool_change(&id, change),
             AgentEvent::Plan(items) => self.plan(&items),
             AgentEvent::Usage { .. } => {}
+            AgentEvent::UserText { text, .. } => {
+                let paint = self.err_paint;
+                self.err_lines(&format!("{} {}", paint.cyan("›"), paint.bold(&shown(&text, Lines::One))));
+            }
+            AgentEvent::Notice { text, .. } => {
+                self.break_lines();
+                style::warn_line(&shown(text.trim(), Lines::Many));
+            }
+            AgentEvent::PlanDocument { markdown } => self.plan_document(&markdown),
+            AgentEvent::ModeChanged(mode) => {
+                let paint = self.err_paint;
+                self.err_lines(&paint.dim(&format!("mode: {}", mode.id())));
+            }
+            AgentEvent::Compaction(CompactionEvent::Started { .. }) => {
+                let paint = self.err_paint;
+                self.err_lines(&paint.dim(COMPACTION_THOUGHT.trim_end()));
+            }
+            AgentEvent::Compaction(CompactionEvent::Finished { outcome: CompactionOutcome::Failed(why), .. }) => {
+                self.break_lines();
+                style::warn_line(&format!("could not summarise the conversation: {}", shown(&why, Lines::One)));
+            }
+            AgentEvent::Compaction(CompactionEvent::Summary { .. } | CompactionEvent::Finished { .. }) => {}
+        }
+    }
+
+    /// The plan written in plan mode: a Markdown block (rendered in chat; in
+    /// `exec`, on stdout, where it is the answer).
+    fn plan_document(&mut self, markdown: &str) {
+        self.break_lines();
+        match self.output {
+            Output::Chat => {
+                style::err_line(&self.err_paint.bold("Plan:"));
+                let safe = shown(markdown, Lines::Many);
+                let rendered = self.skin.term_text(&safe).to_string();
+                let mut stdout = std::io::stdout().lock();
+                let _ = writeln!(stdout, "{}", rendered.trim_end());
+                let _ = stdout.flush();
+            }
+            Output::Plain | Output::Json => {
+                let text = if std::io::stdout().is_terminal() {
+                    shown(markdown, Lines::Many)
+                } else {
+                    std::borrow::Cow::Borrowed(markdown)
+                };
+                let mut stdout = std::io::stdout().lock();
+                let _ = writeln!(stdout, "{}", text.trim_end());
+                let _ = stdout.flush();
+            }
         }
     }
 

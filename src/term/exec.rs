@@ -87,7 +87,8 @@ pub async fn exec(config: Config, args: ExecArgs) -> u8 {
     if let Some((title, text)) = engine.sandbox_notice(&session) {
         style::warn_line(&format!("{title}: {text}"));
     }
-    let approver = TermApprover { screen: events.screen(), session: Arc::clone(&session) };
+    let input = Arc::new(tokio::sync::Mutex::new(()));
+    let approver = TermApprover { screen: events.screen(), session: Arc::clone(&session), input };
     let signals = tokio::spawn(cancel_on_signals(Arc::clone(&session)));
     let prompted = engine.prompt(&session, prompt, &events, &approver).await;
     events.finish();

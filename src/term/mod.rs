@@ -200,7 +200,7 @@ impl Engine {
             Err(_) => None,
         };
         let files = self.read_workspace(&placement.cwd).await;
-        let start = Start { messages: Vec::new(), choices, mode, journal };
+        let start = Start::new(Vec::new(), choices, mode, journal);
         let store = self.store.as_ref().ok();
         setup::open_session(&self.config, store, id, placement, start, &files.instructions, &self.root)
     }
@@ -212,7 +212,7 @@ impl Engine {
             let (store, id) = (Arc::clone(&store), id.to_owned());
             tokio::task::spawn_blocking(move || crate::present::replay::stored_transcript(&store, &id))
         };
-        let (mut meta, transcript) = reading.await.map_err(|err| {
+        let (mut meta, restored) = reading.await.map_err(|err| {
             OpenError::Store(StoreError::Corrupt { path: PathBuf::from(id), message: err.to_string() })
         })??;
         placement.created_at.clone_from(&meta.created_at);
@@ -222,7 +222,8 @@ impl Engine {
         store.save_meta_later(meta.clone());
         let files = self.read_workspace(&placement.cwd).await;
         let journal = Journal::new(Arc::clone(&store), Arc::from(id));
-        let start = Start { messages: transcript, choices, mode, journal: Some(journal) };
+        let crate::acp::Restored { messages, waiting, cost } = restored;
+        let start = Start { waiting, cost, ..Start::new(messages, choices, mode, Some(journal)) };
         let session = setup::open_session(
             &self.config,
             Some(&store),
@@ -359,6 +360,7 @@ impl Engine {
             tools: crate::tools::definitions_with(self.config.tools.fetch),
             external: external.as_deref(),
             context: &self.config.context,
+            steers: Some(session.steers()),
         };
         let result = runner.run(turn.conversation(), parts).await;
         if let Some(recording) = recording {

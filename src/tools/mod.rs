@@ -69,11 +69,18 @@ pub enum Tool {
     UpdatePlan,
     /// Read a web page.
     Fetch,
+    /// Ask the user a question (answered by the turn, see [`Interaction`]).
+    AskUser,
+    /// Ask the user to run the plan and leave plan mode (answered by the
+    /// turn; offered only once the session has been in plan mode, see
+    /// [`plan_definition`]).
+    ExitPlanMode,
 }
 
 impl Tool {
-    /// All tools, in the order they are offered to the model.
-    pub const ALL: [Tool; 9] = [
+    /// All tools, in the order they are offered to the model
+    /// (`exit_plan_mode` only in plan mode, after everything else).
+    pub const ALL: [Tool; 11] = [
         Tool::ReadFile,
         Tool::WriteFile,
         Tool::EditFile,
@@ -83,6 +90,8 @@ impl Tool {
         Tool::Shell,
         Tool::UpdatePlan,
         Tool::Fetch,
+        Tool::AskUser,
+        Tool::ExitPlanMode,
     ];
 
     /// The name the model calls it by.
@@ -97,6 +106,8 @@ impl Tool {
             Tool::Shell => "shell",
             Tool::UpdatePlan => "update_plan",
             Tool::Fetch => "fetch",
+            Tool::AskUser => "ask_user",
+            Tool::ExitPlanMode => "exit_plan_mode",
         }
     }
 
@@ -112,8 +123,9 @@ impl Tool {
             Tool::WriteFile | Tool::EditFile => ToolKind::Edit,
             Tool::ListDirectory | Tool::Glob | Tool::Grep => ToolKind::Search,
             Tool::Shell => ToolKind::Execute,
-            Tool::UpdatePlan => ToolKind::Think,
+            Tool::UpdatePlan | Tool::ExitPlanMode => ToolKind::Think,
             Tool::Fetch => ToolKind::Fetch,
+            Tool::AskUser => ToolKind::Other,
         }
     }
 
@@ -128,6 +140,8 @@ impl Tool {
             Tool::Shell => include_str!("../../prompts/tools/shell.md"),
             Tool::UpdatePlan => include_str!("../../prompts/tools/update_plan.md"),
             Tool::Fetch => include_str!("../../prompts/tools/fetch.md"),
+            Tool::AskUser => include_str!("../../prompts/tools/ask_user.md"),
+            Tool::ExitPlanMode => include_str!("../../prompts/tools/exit_plan_mode.md"),
         }
     }
 
@@ -142,6 +156,8 @@ impl Tool {
             Tool::Shell => include_str!("../../prompts/tools/lean/shell.md"),
             Tool::UpdatePlan => include_str!("../../prompts/tools/lean/update_plan.md"),
             Tool::Fetch => include_str!("../../prompts/tools/lean/fetch.md"),
+            Tool::AskUser => include_str!("../../prompts/tools/lean/ask_user.md"),
+            Tool::ExitPlanMode => include_str!("../../prompts/tools/lean/exit_plan_mode.md"),
         }
     }
 
@@ -156,6 +172,22 @@ impl Tool {
             Tool::Shell => shell::shell_schema(),
             Tool::UpdatePlan => plan_schema(),
             Tool::Fetch => fetch::fetch_schema(),
+            Tool::AskUser => ask_user_schema(),
+            Tool::ExitPlanMode => exit_plan_schema(),
+        }
+    }
+
+    /// The definition of this tool in `profile`.
+    fn definition(self, profile: PromptProfile) -> ToolDefinition {
+        match profile {
+            PromptProfile::Standard => {
+                ToolDefinition::function(self.name(), self.description().trim(), self.parameters())
+            }
+            PromptProfile::Lean => {
+                let mut parameters = self.parameters();
+                strip_descriptions(&mut parameters);
+                ToolDefinition::function(self.name(), self.lean_description().trim(), parameters)
+            }
         }
     }
 }
@@ -185,19 +217,24 @@ pub fn definitions_for(profile: PromptProfile, fetch: bool) -> &'static [ToolDef
     BUILT[slot].get_or_init(|| {
         Tool::ALL
             .into_iter()
-            .filter(|tool| fetch || *tool != Tool::Fetch)
-            .map(|tool| match profile {
-                PromptProfile::Standard => {
-                    ToolDefinition::function(tool.name(), tool.description().trim(), tool.parameters())
-                }
-                PromptProfile::Lean => {
-                    let mut parameters = tool.parameters();
-                    strip_descriptions(&mut parameters);
-                    ToolDefinition::function(tool.name(), tool.lean_description().trim(), parameters)
-                }
-            })
+            .filter(|tool| (fetch || *tool != Tool::Fetch) && *tool != Tool::ExitPlanMode)
+            .map(|tool| tool.definition(profile))
             .collect()
     })
+}
+
+/// The definition of `exit_plan_mode` in `profile`. It is offered after
+/// every other tool, from the first request a session makes in plan mode
+/// until the session ends (so leaving plan mode changes nothing in the
+/// request's prefix: the request that goes on after the plan was approved
+/// hits the provider's prompt cache), and never before.
+pub fn plan_definition(profile: PromptProfile) -> &'static ToolDefinition {
+    static BUILT: [OnceLock<ToolDefinition>; 2] = [const { OnceLock::new() }; 2];
+    let slot = match profile {
+        PromptProfile::Standard => 0,
+        PromptProfile::Lean => 1,
+    };
+    BUILT[slot].get_or_init(|| Tool::ExitPlanMode.definition(profile))
 }
 
 /// `offered` (built-in definitions, possibly with others after them) in
@@ -213,11 +250,13 @@ pub fn for_profile(offered: &[ToolDefinition], profile: PromptProfile) -> std::b
                 }
             }
             let lean = definitions_for(profile, true);
+            let plan = plan_definition(profile);
             Cow::Owned(
                 offered
                     .iter()
                     .map(|definition| {
-                        let built_in = lean.iter().find(|lean| lean.name() == definition.name());
+                        let built_in =
+                            lean.iter().chain(std::iter::once(plan)).find(|lean| lean.name() == definition.name());
                         built_in.unwrap_or(definition).clone()
                     })
                     .collect(),
@@ -345,6 +384,59 @@ enum Args {
     Shell(shell::ShellArgs),
     UpdatePlan(PlanArgs),
     Fetch(fetch::FetchArgs),
+    AskUser(AskUserArgs),
+    ExitPlanMode(ExitPlanArgs),
+}
+
+/// A call the turn answers itself by asking the user, instead of running it
+/// ([`PreparedCall::interaction`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Interaction {
+    /// `ask_user`: the model's question.
+    Ask(AskUserArgs),
+    /// `exit_plan_mode`: the plan, in Markdown, to ask the user to run.
+    ExitPlan(String),
+}
+
+/// The arguments of `ask_user`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct AskUserArgs {
+    /// The question.
+    pub question: String,
+    /// The answers to pick from.
+    #[serde(default, alias = "options")]
+    pub choices: Vec<String>,
+    /// Whether the user may answer in their own words.
+    #[serde(default)]
+    pub free_text: bool,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct ExitPlanArgs {
+    #[serde(alias = "markdown", alias = "content")]
+    plan: String,
+}
+
+fn ask_user_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "question": { "type": "string" },
+            "choices": { "type": "array", "items": { "type": "string" }, "description": "Short answers to pick from." },
+            "free_text": { "type": "boolean", "description": "The user may also write their own answer." }
+        },
+        "required": ["question"]
+    })
+}
+
+fn exit_plan_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "plan": { "type": "string", "description": "The whole plan, in Markdown." }
+        },
+        "required": ["plan"]
+    })
 }
 
 /// How long a cancelled turn waits for a tool to wind down (kill its
@@ -383,7 +475,9 @@ impl PreparedCall {
             | Tool::Grep
             | Tool::Shell
             | Tool::UpdatePlan
-            | Tool::Fetch => CANCEL_GRACE,
+            | Tool::Fetch
+            | Tool::AskUser
+            | Tool::ExitPlanMode => CANCEL_GRACE,
         }
     }
 
@@ -400,7 +494,27 @@ impl PreparedCall {
             | Args::Glob(_)
             | Args::Grep(_)
             | Args::Shell(_)
-            | Args::UpdatePlan(_) => {}
+            | Args::UpdatePlan(_)
+            | Args::AskUser(_)
+            | Args::ExitPlanMode(_) => {}
+        }
+    }
+
+    /// The question this call puts to the user, for the tools the turn
+    /// answers itself (`ask_user`, `exit_plan_mode`); `None` for the others.
+    pub fn interaction(&self) -> Option<Interaction> {
+        match &self.args {
+            Args::AskUser(args) => Some(Interaction::Ask(args.clone())),
+            Args::ExitPlanMode(args) => Some(Interaction::ExitPlan(args.plan.clone())),
+            Args::ReadFile(_)
+            | Args::WriteFile(_)
+            | Args::EditFile(_)
+            | Args::ListDirectory(_)
+            | Args::Glob(_)
+            | Args::Grep(_)
+            | Args::Shell(_)
+            | Args::UpdatePlan(_)
+            | Args::Fetch(_) => None,
         }
     }
 }
@@ -851,6 +965,18 @@ pub fn prepare_in(name: &str, arguments: &str, cwd: &Path, in_place: bool) -> Re
             let d = fetch::describe_fetch(&a)?;
             (Args::Fetch(a), d)
         }
+        Tool::AskUser => parse(name, value).map(|a: AskUserArgs| {
+            let title = format!("Ask: {}", a.question.lines().next().unwrap_or_default());
+            (
+                Args::AskUser(a),
+                Description { title, locations: Vec::new(), access: Access::Nothing, preview: Vec::new() },
+            )
+        })?,
+        Tool::ExitPlanMode => parse(name, value).map(|a: ExitPlanArgs| {
+            let preview = vec![DisplayContent::Text(a.plan.clone())];
+            let title = "Run this plan?".to_owned();
+            (Args::ExitPlanMode(a), Description { title, locations: Vec::new(), access: Access::Nothing, preview })
+        })?,
         Tool::UpdatePlan => parse(name, value).map(|a: PlanArgs| {
             let done = a.plan.iter().filter(|i| i.status == PlanStatus::Completed).count();
             let title = format!("Update plan ({done}/{} done)", a.plan.len());
@@ -914,7 +1040,8 @@ pub async fn precheck(call: &PreparedCall, ctx: &ToolContext<'_>) -> Option<Tool
             None,
         ) => Some(refused("This call's path was not judged; nothing was done.")),
         (Args::Shell(args), _) => shell::check_shell(args, ctx).await.err(),
-        (Args::Fetch(_) | Args::UpdatePlan(_), _) => None,
+        // Questions are answered by the turn, never run (see `PreparedCall::interaction`).
+        (Args::Fetch(_) | Args::UpdatePlan(_) | Args::AskUser(_) | Args::ExitPlanMode(_), _) => None,
     };
     refusal.map(|refusal| *refusal)
 }
@@ -948,6 +1075,10 @@ pub async fn run(call: PreparedCall, ctx: &ToolContext<'_>) -> ToolOutcome {
         ) => ToolOutcome::failed("This call's path was not judged; nothing was done."),
         (Args::Shell(args), _) => shell::shell(args, ctx).await,
         (Args::Fetch(args), _) => fetch::fetch(args, ctx).await,
+        // The turn answers these itself (`PreparedCall::interaction`).
+        (Args::AskUser(_) | Args::ExitPlanMode(_), _) => {
+            ToolOutcome::failed("This tool is answered by asking the user; nothing was done.")
+        }
         (Args::UpdatePlan(args), _) => {
             let summary = args
                 .plan
@@ -1008,7 +1139,9 @@ mod tests {
     #[test]
     fn every_tool_has_a_schema_and_a_description() {
         let defs = definitions();
-        assert_eq!(defs.len(), Tool::ALL.len());
+        assert_eq!(defs.len() + 1, Tool::ALL.len(), "every tool but exit_plan_mode, offered in plan mode only");
+        assert!(!defs.iter().any(|d| d.name() == "exit_plan_mode"));
+        assert_eq!(plan_definition(PromptProfile::Standard).name(), "exit_plan_mode");
         for tool in Tool::ALL {
             assert!(!tool.description().trim().is_empty(), "{} has a description", tool.name());
             let schema = tool.parameters();

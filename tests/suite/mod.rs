@@ -71,6 +71,7 @@
 // `allow-unwrap-in-tests` only covers the test functions themselves.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod ask_user;
 mod auth;
 mod bench_smoke;
 mod cancel;
@@ -84,12 +85,14 @@ mod doctor;
 mod edit_match;
 mod fetch;
 mod file_safety;
+mod fork;
 mod hygiene;
 mod journal;
 mod mcp;
 mod mock_server;
 mod official_client;
 mod persistence;
+mod plan_mode;
 mod protocol;
 mod providers;
 mod retries;
@@ -97,6 +100,8 @@ mod sandbox;
 mod sessions;
 mod setup;
 mod sse_split;
+mod standard_updates;
+mod steering;
 mod term_chat;
 mod term_exec;
 mod text_formats;

@@ -12,7 +12,7 @@ use expectrl::{ControlCode, Expect, Session};
 use serde_json::json;
 
 use super::term_exec::{Term, dead, dies, sleeper, wait_for_pid};
-use crate::support::mock_openai::{text_reply, tool_call_reply};
+use crate::support::mock_openai::{text_reply, tool_call_reply, tool_result};
 
 type Pty = expectrl::session::OsSession;
 
@@ -317,4 +317,88 @@ async fn chat_refuses_without_a_terminal_and_points_at_exec() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("terminal") && stderr.contains("lathe exec"), "{stderr}");
     assert!(term.mock.chat_requests().is_empty());
+}
+
+/// While a turn runs, a line ended with Enter steers it (the model reads it
+/// in the turn's next request, and it is shown), one ended with Alt-Enter
+/// waits and is the next prompt once the turn is over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enter_steers_the_turn_and_alt_enter_queues_the_next_prompt() {
+    use crate::support::mock_openai::{
+        Gate, Reply, Step, ev_finish, ev_role, ev_text, ev_tool_call_args, ev_tool_call_start,
+    };
+    let term = Term::start("").await;
+    let gate = Gate::new();
+    term.mock.push(Reply::Sse(vec![
+        ev_role(),
+        // A whole Markdown block, so chat renders it before the stream goes on.
+        ev_text("Working on it.\n\n"),
+        Step::Gate(gate.clone()),
+        ev_tool_call_start(0, "call_l", "list_directory"),
+        ev_tool_call_args(0, "{}"),
+        ev_finish("tool_calls"),
+        Step::Done,
+    ]));
+    term.mock.push(text_reply("Steered answer."));
+    term.mock.push(text_reply("Queued answer."));
+    tokio::task::spawn_blocking(move || {
+        let mut pty = spawn_chat(&term, &[]);
+        prompt(&mut pty);
+        pty.send_line("start").unwrap();
+        pty.expect("Working on it.").unwrap();
+        pty.send("also this\r").unwrap();
+        pty.send("and then that\u{1b}\r").unwrap();
+        pty.expect("queued: and then that").unwrap();
+        gate.open();
+        pty.expect("Steered answer.").unwrap();
+        pty.expect("Queued answer.").unwrap();
+        prompt(&mut pty);
+        quit(&mut pty);
+        let requests = term.mock.chat_requests();
+        assert_eq!(requests.len(), 3);
+        let users = |n: usize| -> Vec<String> {
+            requests[n].body["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|m| m["role"] == "user")
+                .map(|m| m["content"].as_str().unwrap().to_owned())
+                .collect()
+        };
+        assert_eq!(users(1), ["start", "also this"], "the steer joined the running turn");
+        assert_eq!(users(2).last().map(String::as_str), Some("and then that"), "the queued line came next");
+    })
+    .await
+    .unwrap();
+}
+
+/// `/plan <prompt>` plans first: a write is refused without a question, the
+/// plan is shown and asked about on the terminal, and choosing to run it
+/// in accept-edits writes in the same turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slash_plan_plans_and_the_plan_is_approved_on_the_terminal() {
+    let term = Term::start("").await;
+    let write = json!({"path": "notes.txt", "content": "planned\n"});
+    term.mock.push(tool_call_reply(&[("call_w1", "write_file", write.clone())]));
+    term.mock.push(tool_call_reply(&[("call_x", "exit_plan_mode", json!({"plan": "1. Write notes.txt"}))]));
+    term.mock.push(tool_call_reply(&[("call_w2", "write_file", write)]));
+    term.mock.push(text_reply("Notes written."));
+    tokio::task::spawn_blocking(move || {
+        let mut pty = spawn_chat(&term, &[]);
+        prompt(&mut pty);
+        pty.send_line("/plan write the notes").unwrap();
+        pty.expect("Run this plan?").unwrap();
+        assert!(!term.project.join("notes.txt").exists(), "nothing written while planning");
+        pty.expect("No, keep planning").unwrap();
+        pty.send("2\r").unwrap();
+        pty.expect("Notes written.").unwrap();
+        prompt(&mut pty);
+        quit(&mut pty);
+        assert_eq!(std::fs::read_to_string(term.project.join("notes.txt")).unwrap(), "planned\n");
+        let requests = term.mock.chat_requests();
+        assert!(tool_result(&requests[1].body, "call_w1").contains("plan mode"));
+        assert!(tool_result(&requests[3].body, "call_x").contains("accept-edits"));
+    })
+    .await
+    .unwrap();
 }

@@ -81,6 +81,29 @@ impl Term {
             .unwrap()
     }
 
+    /// Runs `lathe exec <args>` to the end in a session of its own (`setsid`),
+    /// so it has no controlling terminal whatever the test's is: no one to ask.
+    pub async fn exec_without_terminal(&self, args: &[&str]) -> Output {
+        let inner = self.std_command(&[&["exec"], args].concat());
+        let mut command = tokio::process::Command::new("setsid");
+        command.arg("-w").arg(inner.get_program()).args(inner.get_args());
+        for (name, value) in inner.get_envs() {
+            match value {
+                Some(value) => command.env(name, value),
+                None => command.env_remove(name),
+            };
+        }
+        if let Some(dir) = inner.get_current_dir() {
+            command.current_dir(dir);
+        }
+        command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+        let child = command.spawn().unwrap();
+        tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+            .await
+            .expect("lathe exec finished")
+            .unwrap()
+    }
+
     /// The ids of the saved sessions.
     pub fn saved_sessions(&self) -> Vec<String> {
         let dir = self.home.path().join(".local/share/lathe/sessions");
@@ -236,6 +259,36 @@ async fn without_a_terminal_the_default_mode_refuses_a_write() {
     assert_eq!(code(&output), 0, "{}", text(&output.stderr));
     assert_eq!(std::fs::read_to_string(term.project.join("new.txt")).unwrap(), "x\n");
     assert!(text(&output.stderr).contains("+1 -0"), "the diff is summed up: {}", text(&output.stderr));
+}
+
+/// Without a terminal there is no one to ask: `ask_user` fails at once and
+/// the model hears so; `--mode plan` refuses a write without a question,
+/// prints the plan on stdout and, with no one to approve it, stays in plan
+/// mode (nothing is written).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_terminal_no_one_is_asked() {
+    let term = Term::start("").await;
+    let question = json!({"question": "Which file?", "choices": ["a.txt", "b.txt"]});
+    term.mock.push(tool_call_reply(&[("call_q", "ask_user", question)]));
+    term.mock.push(text_reply("I assumed a.txt."));
+    let output = term.exec_without_terminal(&["pick a file"]).await;
+    assert_eq!(code(&output), 0, "{}", text(&output.stderr));
+    assert_eq!(text(&output.stdout), "I assumed a.txt.\n");
+    let told = tool_result(&term.mock.chat_requests()[1].body, "call_q");
+    assert!(told.starts_with("No one to ask"), "{told}");
+
+    let plan = "# Plan\n\n1. Write notes.txt\n";
+    term.mock.push(tool_call_reply(&[("call_w", "write_file", json!({"path": "notes.txt", "content": "x\n"}))]));
+    term.mock.push(tool_call_reply(&[("call_x", "exit_plan_mode", json!({"plan": plan}))]));
+    term.mock.push(text_reply("That is the plan."));
+    let output = term.exec_without_terminal(&["--mode", "plan", "write the notes"]).await;
+    assert_eq!(code(&output), 0, "{}", text(&output.stderr));
+    assert!(text(&output.stdout).starts_with("# Plan\n\n1. Write notes.txt\n"), "{}", text(&output.stdout));
+    assert!(!term.project.join("notes.txt").exists());
+    let requests = term.mock.chat_requests();
+    assert!(tool_result(&requests[3].body, "call_w").contains("plan mode"));
+    let told = tool_result(&requests[4].body, "call_x");
+    assert!(told.starts_with("No one can approve the plan here"), "{told}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -634,7 +634,7 @@ async fn modes_and_the_mode_option_stay_in_sync() {
     assert_eq!(result["modes"]["currentModeId"], "ask");
     let ids: Vec<&str> =
         result["modes"]["availableModes"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
-    assert_eq!(ids, ["read-only", "ask", "accept-edits", "auto", "full-auto"]);
+    assert_eq!(ids, ["read-only", "plan", "ask", "accept-edits", "auto", "full-auto"]);
     let option = &result["configOptions"][1];
     assert_eq!(result["configOptions"][0]["id"], "model");
     assert_eq!(option["id"], "mode");

@@ -51,7 +51,6 @@ use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 use tokio::task::{JoinHandle, JoinSet};
-use tokio::time::Sleep;
 
 /// A running mock server. Dropping it stops accepting and aborts every open
 /// connection.
@@ -131,10 +130,29 @@ pub enum Step {
     /// Never send anything more; keep the connection open until the client
     /// goes away (which counts as a disconnect).
     Stall,
+    /// Wait until the test opens this gate (what was written so far is
+    /// flushed first): a stream that is slow exactly as long as a test needs.
+    Gate(Gate),
     /// Abruptly close the connection: no terminating chunk, no `[DONE]`. The
     /// chunked body is left incomplete, so the client sees an error rather
     /// than a clean end of stream. Earlier steps are flushed first.
     Drop,
+}
+
+/// A gate a [`Step::Gate`] waits at until [`Gate::open`].
+#[derive(Debug, Clone)]
+pub struct Gate(Arc<tokio::sync::Semaphore>);
+
+impl Gate {
+    /// A closed gate.
+    pub fn new() -> Gate {
+        Gate(Arc::new(tokio::sync::Semaphore::new(0)))
+    }
+
+    /// Lets one waiting (or the next) stream through.
+    pub fn open(&self) {
+        self.0.add_permits(1);
+    }
 }
 
 /// State shared between the handle and the server tasks.
@@ -434,7 +452,7 @@ enum MockBody {
 
 struct SseScript {
     steps: VecDeque<Step>,
-    sleep: Option<Pin<Box<Sleep>>>,
+    sleep: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     /// A `Step::Drop` was reached and hyper has been given one chance to flush.
     abort_armed: bool,
     /// The script ran to its end (or aborted on purpose).
@@ -490,6 +508,15 @@ impl SseScript {
                 Some(Step::Done) => "data: [DONE]\n\n".to_owned(),
                 Some(Step::Delay(duration)) => {
                     self.sleep = Some(Box::pin(tokio::time::sleep(duration)));
+                    continue;
+                }
+                Some(Step::Gate(gate)) => {
+                    let semaphore = Arc::clone(&gate.0);
+                    self.sleep = Some(Box::pin(async move {
+                        if let Ok(permit) = semaphore.acquire_owned().await {
+                            permit.forget();
+                        }
+                    }));
                     continue;
                 }
                 Some(Step::Stall) => {
