@@ -757,18 +757,27 @@ enum CancelState {
     Stalled,
     Permission,
     Shell,
+    /// `ask_user` waiting for an elicitation form's answer.
+    AskUser,
 }
 
 async fn cancel(opts: &Options, report: &mut Report) {
     let mut rng = Rng(opts.seed);
-    for state in [CancelState::Streaming, CancelState::Stalled, CancelState::Permission, CancelState::Shell] {
+    for state in [
+        CancelState::Streaming,
+        CancelState::Stalled,
+        CancelState::Permission,
+        CancelState::Shell,
+        CancelState::AskUser,
+    ] {
         cancel_state(opts, state, &mut rng, report).await;
     }
     report.notes.push(
         "Cancel: time from writing `session/cancel` to reading the `{\"stopReason\":\"cancelled\"}` response. \
          Cancel points are random (xorshift, fixed seed): 0-29 ms after the first chunk while streaming (a delta \
          every ~1 ms); 0-9 ms after the first chunk of a stalled stream, after `session/request_permission` \
-         arrives (never answered), and after the shell tool's `sleep 60` is seen running (full-auto mode)."
+         arrives (never answered), after the shell tool's `sleep 60` is seen running (full-auto mode), and after \
+         `ask_user`'s `elicitation/create` arrives (never answered)."
             .to_owned(),
     );
 }
@@ -795,7 +804,8 @@ async fn cancel_state(opts: &Options, state: CancelState, rng: &mut Rng, report:
     let home = Home::new(&mock.base_url());
     let config = home.config.to_string_lossy().into_owned();
     let mut agent = AgentProcess::spawn(&["--config", &config], &[], home.path());
-    let session = handshake(&mut agent, json!({}), &home.project).await;
+    let capabilities = if state == CancelState::AskUser { json!({"elicitation": {"form": {}}}) } else { json!({}) };
+    let session = handshake(&mut agent, capabilities, &home.project).await;
     if state == CancelState::Shell {
         let id = agent.request("session/set_mode", json!({"sessionId": session, "modeId": "full-auto"})).await;
         let (_, response) = agent.response(id).await;
@@ -829,6 +839,10 @@ async fn cancel_state(opts: &Options, state: CancelState, rng: &mut Rng, report:
             CancelState::Shell => {
                 (tool_call_reply(&[(&format!("call_s{i}"), "shell", json!({"command": "sleep 60"}))]), 10)
             }
+            CancelState::AskUser => {
+                let question = json!({"question": "Which one?", "choices": ["this", "that"]});
+                (tool_call_reply(&[(&format!("call_q{i}"), "ask_user", question)]), 10)
+            }
         };
         mock.push(reply);
         let id = prompt(&mut agent, &session, "go").await;
@@ -838,6 +852,9 @@ async fn cancel_state(opts: &Options, state: CancelState, rng: &mut Rng, report:
             }
             CancelState::Permission => {
                 wait_for(&mut agent, "permission request", |m| m["method"] == "session/request_permission").await;
+            }
+            CancelState::AskUser => {
+                wait_for(&mut agent, "elicitation", |m| m["method"] == "elicitation/create").await;
             }
             CancelState::Shell => {
                 wait_for(&mut agent, "tool call in progress", |m| {
@@ -875,6 +892,7 @@ async fn cancel_state(opts: &Options, state: CancelState, rng: &mut Rng, report:
         CancelState::Stalled => ("stalled", "Cancel while the upstream stalls"),
         CancelState::Permission => ("permission", "Cancel with a permission request pending"),
         CancelState::Shell => ("shell", "Cancel while `sleep 60` runs (shell tool)"),
+        CancelState::AskUser => ("ask_user", "Cancel with an `ask_user` question open (elicitation form)"),
     };
     report.check(
         &format!("cancel.{key}.answered_cancelled"),
