@@ -30,8 +30,6 @@ use rustyline::{Context, Editor, Helper};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
-
 use super::approve::TermApprover;
 use super::events::Output;
 use super::style::{self, Paint};
@@ -278,47 +276,62 @@ async fn turn(engine: &Engine, session: &Arc<Session>, line: String, input: &Arc
     After { cancelled, queued }
 }
 
-/// Reads the lines typed while a turn runs, until `stop`: the terminal is
-/// left as it is (it echoes them, and the turn's output goes on), so a
-/// line arrives whole when Enter is pressed; Alt-Enter sends ESC before it.
-/// Pauses while a question holds `input`.
+/// Reads the lines typed while a turn runs, until `stop`. The terminal is
+/// left as it is (its line discipline edits the line, and the turn's output
+/// goes on), so a line arrives whole when Enter is pressed; Alt-Enter sends
+/// ESC just before it. Read from stdin directly (not through crossterm's
+/// event reader, which a question's key reading shares), a line at a time,
+/// and only while no question holds `input`.
 fn read_typed(stop: &AtomicBool, input: &tokio::sync::Mutex<()>, typed: &tokio::sync::mpsc::UnboundedSender<Typed>) {
-    let mut line = String::new();
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    use std::os::fd::AsFd as _;
+    let stdin = std::io::stdin();
+    let fd = stdin.as_fd();
+    let mut pending: Vec<u8> = Vec::new();
+    let tick = Timespec { tv_sec: 0, tv_nsec: 50_000_000 };
     while !stop.load(Ordering::Relaxed) {
         let Ok(_reading) = input.try_lock() else {
             std::thread::sleep(Duration::from_millis(50));
             continue;
         };
-        match event::poll(Duration::from_millis(50)) {
-            Ok(true) => {}
-            Ok(false) => continue,
+        let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+        match poll(&mut fds, Some(&tick)) {
+            Ok(0) | Err(rustix::io::Errno::INTR) => continue,
+            Ok(_) => {}
             Err(err) => {
                 tracing::debug!(%err, "cannot read the terminal during a turn");
                 return;
             }
         }
-        let Ok(Event::Key(key)) = event::read() else { continue };
-        if key.kind != KeyEventKind::Press {
-            continue;
+        if !fds[0].revents().contains(PollFlags::IN) {
+            // Hung up or failed: nothing more will be typed.
+            return;
         }
-        match key.code {
-            KeyCode::Enter => {
-                let text = std::mem::take(&mut line).trim().to_owned();
-                if text.is_empty() {
-                    continue;
-                }
-                let line =
-                    if key.modifiers.contains(KeyModifiers::ALT) { Typed::Queue(text) } else { Typed::Steer(text) };
-                if typed.send(line).is_err() {
-                    return;
-                }
+        let mut buffer = [0u8; 4096];
+        let read = match rustix::io::read(fd, &mut buffer) {
+            Ok(0) => return,
+            Ok(read) => read,
+            Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => continue,
+            Err(err) => {
+                tracing::debug!(%err, "cannot read the terminal during a turn");
+                return;
             }
-            KeyCode::Backspace => {
-                line.pop();
+        };
+        pending.extend_from_slice(&buffer[..read]);
+        while let Some(end) = pending.iter().position(|b| matches!(b, b'\n' | b'\r')) {
+            let line: Vec<u8> = pending.drain(..=end).collect();
+            let text = String::from_utf8_lossy(&line[..line.len() - 1]).into_owned();
+            let (text, queue) = match text.strip_suffix('\u{1b}') {
+                Some(text) => (text.to_owned(), true),
+                None => (text, false),
+            };
+            let text = text.trim().to_owned();
+            if text.is_empty() {
+                continue;
             }
-            KeyCode::Char(c) if !key.modifiers.contains(KeyModifiers::CONTROL) => line.push(c),
-            KeyCode::Tab => line.push('\t'),
-            _ => {}
+            if typed.send(if queue { Typed::Queue(text) } else { Typed::Steer(text) }).is_err() {
+                return;
+            }
         }
     }
 }
