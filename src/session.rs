@@ -652,9 +652,14 @@ impl Session {
     /// cancel reaches it, and it runs after every turn enqueued before it.
     /// Starts the session's worker on first use (needs a Tokio runtime).
     pub fn enqueue_turn(self: &Arc<Self>) -> QueuedTurn {
+        self.enqueue_locked(&mut lock(&self.turns))
+    }
+
+    /// [`Session::enqueue_turn`], with the turns already locked.
+    fn enqueue_locked(self: &Arc<Self>, turns: &mut Vec<(u64, CancellationToken)>) -> QueuedTurn {
         let token = self.token.child_token();
         let number = self.next_turn.fetch_add(1, Ordering::Relaxed);
-        lock(&self.turns).push((number, token.clone()));
+        turns.push((number, token.clone()));
         let (grant_tx, grant) = oneshot::channel();
         let worker = self.worker.get_or_init(|| {
             let (tickets, line) = mpsc::unbounded_channel();
@@ -747,6 +752,25 @@ impl TurnGuard {
     pub fn session(&self) -> &Arc<Session> {
         &self.session
     }
+
+    /// Ends the turn. Steering messages it ended before reading (sent as it
+    /// finished) are for a turn of their own, which is returned registered
+    /// (a message sent from now on joins it): only when this turn was not
+    /// cancelled (then they wait for the next prompt) and no other turn is
+    /// in line (it reads them). Decided under the lock [`Session::steer`]
+    /// decides under, so no message falls between the two turns, and an
+    /// earlier turn's end never takes a later turn's messages.
+    pub fn end(self) -> Option<QueuedTurn> {
+        let session = Arc::clone(&self.session);
+        let next = {
+            let mut turns = lock(&session.turns);
+            turns.retain(|(n, _)| *n != self.number);
+            let next = !self.token.is_cancelled() && turns.is_empty() && session.steers.is_waiting();
+            next.then(|| session.enqueue_locked(&mut turns))
+        };
+        drop(self);
+        next
+    }
 }
 
 impl Drop for TurnGuard {
@@ -785,6 +809,47 @@ mod tests {
         assert!(!second.token().is_cancelled());
         drop(second);
         assert!(!session.is_busy());
+    }
+
+    fn text(text: &str) -> Vec<UserPart> {
+        vec![UserPart::Text { text: text.to_owned() }]
+    }
+
+    /// A steer the turn ended before reading starts the next turn, unless
+    /// the turn was cancelled or a later turn (which reads it) is in line;
+    /// an earlier turn's end never takes a later turn's steers (the race
+    /// that lost a steer after a cancel under load).
+    #[tokio::test]
+    async fn steers_a_turn_ended_before_reading_go_to_a_turn_of_their_own() {
+        let session = session();
+        assert_eq!(session.steer(text("idle")), Steered::Idle(text("idle")));
+
+        let turn = session.enqueue_turn().start().await.unwrap();
+        assert_eq!(session.steer(text("late")), Steered::Queued);
+        let next = turn.end().expect("a turn for the steer");
+        assert!(session.is_busy(), "registered at once: a steer from now on joins it");
+        assert_eq!(session.steer(text("later")), Steered::Queued);
+        let next = next.start().await.unwrap();
+        assert_eq!(session.steers().take(), vec![text("late"), text("later")]);
+        assert!(next.end().is_none(), "nothing waits");
+        assert!(!session.is_busy());
+
+        // Cancelled: the steer waits for the next prompt.
+        let turn = session.enqueue_turn().start().await.unwrap();
+        session.steer(text("after the cancel"));
+        session.cancel_turns();
+        assert!(turn.end().is_none());
+        assert!(session.steers().is_waiting());
+        assert!(!session.is_busy());
+        session.steers().take();
+
+        // A later turn in line reads it; the earlier one's end leaves it.
+        let first = session.enqueue_turn().start().await.unwrap();
+        let second = session.enqueue_turn();
+        session.steer(text("for the second"));
+        assert!(first.end().is_none());
+        assert!(session.steers().is_waiting());
+        drop(second);
     }
 
     #[tokio::test]

@@ -86,19 +86,20 @@ impl Server {
         self.tasks.spawn(async move {
             let token = queued.token().clone();
             let echo = matches!(origin, Origin::Steer);
-            let (response, usage) = match queued.start().await {
+            let (response, usage, next) = match queued.start().await {
                 Some(mut turn) => {
                     if let Some(started) = started {
                         let _ = started.send(true);
                     }
                     let response = server.run_prompt(&mut turn, parts, echo).await;
-                    (response, turn.conversation().turn_usage.take())
+                    let usage = turn.conversation().turn_usage.take();
+                    (response, usage, turn.end())
                 }
                 None => {
                     if let Some(started) = started {
                         let _ = started.send(false);
                     }
-                    (Ok(StopReason::Cancelled), None)
+                    (Ok(StopReason::Cancelled), None, None)
                 }
             };
             let usage = usage.map(|u| Usage::new(u.input_tokens + u.output_tokens, u.input_tokens, u.output_tokens));
@@ -123,24 +124,15 @@ impl Server {
                     }
                 }
             }
+            // Steering messages the turn ended before reading: the next
+            // turn reads them first thing (see `TurnGuard::end`).
+            if let Some(next) = next {
+                server.spawn_turn(Arc::clone(&session), next, Vec::new(), Origin::Steer, None);
+            }
             // After the answer: the disk must not hold up a cancel's
             // `cancelled`. Still inside the task, so shutdown waits for it.
             crate::undo::persist(&session).await;
-            if !token.is_cancelled() && !session.is_busy() {
-                server.run_waiting_steers(&session);
-            }
         });
-    }
-
-    /// Starts a turn with the steering messages a turn ended before
-    /// reading, if any wait.
-    pub(super) fn run_waiting_steers(self: &Arc<Self>, session: &Arc<Session>) {
-        let parts: Vec<UserPart> = session.steers().take().into_iter().flatten().collect();
-        if parts.is_empty() {
-            return;
-        }
-        let queued = session.enqueue_turn();
-        self.spawn_turn(Arc::clone(session), queued, parts, Origin::Steer, None);
     }
 
     /// Runs one prompt on a session whose conversation this turn holds.
