@@ -539,8 +539,8 @@ struct RequestBody<'a> {
 }
 
 /// The lean prefix (system prompt + tool definitions) is under 1,200
-/// o200k tokens, offers the same tools, and is byte-identical in every
-/// request of a session.
+/// o200k tokens (1,260 in plan mode), offers the same tools, and is
+/// byte-identical in every request of a session.
 #[tokio::test]
 async fn the_lean_profile_is_a_small_byte_stable_prefix() {
     let bpe = std::thread::spawn(tiktoken_rs::o200k_base);
@@ -565,16 +565,45 @@ async fn the_lean_profile_is_a_small_byte_stable_prefix() {
     assert_eq!(names(tools), names(&standard), "the same tools");
 
     let bpe = bpe.join().unwrap().unwrap();
-    let system: Value = serde_json::from_str(system).unwrap();
-    let system = system["content"].as_str().unwrap();
-    let tokens = bpe.encode_ordinary(system).len() + bpe.encode_ordinary(tools).len();
+    let tokens = prefix_tokens(&bpe, system, tools);
+    eprintln!("lean prefix: {tokens} tokens ({} tools)", names(tools).len());
     assert!(tokens < 1200, "lean prefix is {tokens} tokens");
+
+    // In plan mode `exit_plan_mode` joins the tools, for the rest of the
+    // session: its own budget (BENCHMARKS.md, "Prompt profiles").
+    let (system, tools) = plan_mode_prefix(&mut h, &session).await;
+    let tokens = prefix_tokens(&bpe, &system, &tools);
+    eprintln!("lean prefix in plan mode: {tokens} tokens");
+    assert!(tokens < 1260, "lean prefix in plan mode is {tokens} tokens");
+}
+
+/// The o200k tokens of a request's system message text and tool definitions.
+fn prefix_tokens(bpe: &tiktoken_rs::CoreBPE, system: &str, tools: &str) -> usize {
+    let system: Value = serde_json::from_str(system).unwrap();
+    bpe.encode_ordinary(system["content"].as_str().unwrap()).len() + bpe.encode_ordinary(tools).len()
+}
+
+/// Switches the session to plan mode and makes one request: its system
+/// message and tool definitions (`exit_plan_mode` among them).
+async fn plan_mode_prefix(h: &mut Harness, session: &str) -> (String, String) {
+    let id = h.agent.request("session/set_mode", json!({"sessionId": session, "modeId": "plan"})).await;
+    let (_, response) = h.agent.response(id).await;
+    assert!(response.get("result").is_some(), "{response}");
+    h.mock.push(text_reply("a plan"));
+    turn(h, session, "plan it").await;
+    let requests = h.mock.chat_requests();
+    let body: RequestBody<'_> = serde_json::from_str(&requests[requests.len() - 1].raw_body).unwrap();
+    let offered: Vec<Value> = serde_json::from_str(body.tools.get()).unwrap();
+    assert!(offered.iter().any(|t| t["function"]["name"] == "exit_plan_mode"), "{offered:?}");
+    (body.messages[0].get().to_owned(), body.tools.get().to_owned())
 }
 
 /// The standard profile's fixed prefix (the system prompt and every tool,
-/// `fetch` included) stays within its 3,000-token budget (o200k): the
-/// budget issue 6 set, which issue 17's ninth tool must not break. The bench
-/// (`cargo bench --bench e2e -- tokens`) prints the same figure.
+/// `fetch` and `ask_user` included) stays within its 3,000-token budget
+/// (o200k): the budget issue 6 set, which issue 17's ninth tool and issue
+/// 30's tenth must not break; a session in plan mode (an eleventh tool,
+/// `exit_plan_mode`) within 3,100. The bench (`cargo bench --bench e2e --
+/// tokens`) prints the same figure.
 #[tokio::test]
 async fn the_standard_prefix_with_fetch_stays_within_its_budget() {
     let bpe = std::thread::spawn(tiktoken_rs::o200k_base);
@@ -587,10 +616,16 @@ async fn the_standard_prefix_with_fetch_stays_within_its_budget() {
     let (system, tools) = (body.messages[0].get(), body.tools.get());
     let offered: Vec<Value> = serde_json::from_str(tools).unwrap();
     assert!(offered.iter().any(|t| t["function"]["name"] == "fetch"), "fetch is offered by default");
+    assert!(offered.iter().any(|t| t["function"]["name"] == "ask_user"), "ask_user is offered by default");
     let bpe = bpe.join().unwrap().unwrap();
-    let system: Value = serde_json::from_str(system).unwrap();
-    let tokens = bpe.encode_ordinary(system["content"].as_str().unwrap()).len() + bpe.encode_ordinary(tools).len();
+    let tokens = prefix_tokens(&bpe, system, tools);
+    eprintln!("standard prefix: {tokens} tokens ({} tools)", offered.len());
     assert!(tokens <= 3000, "standard prefix is {tokens} tokens");
+
+    let (system, tools) = plan_mode_prefix(&mut h, &session).await;
+    let tokens = prefix_tokens(&bpe, &system, &tools);
+    eprintln!("standard prefix in plan mode: {tokens} tokens");
+    assert!(tokens <= 3100, "standard prefix in plan mode is {tokens} tokens");
 }
 
 // ---------------------------------------------------------------------------
