@@ -402,3 +402,35 @@ async fn slash_plan_plans_and_the_plan_is_approved_on_the_terminal() {
     .await
     .unwrap();
 }
+
+/// The model's question (`ask_user`) is a numbered list on the terminal;
+/// a number picks a choice, and where a free answer is welcome the user's
+/// own words are the answer. Either is the tool's result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_user_is_a_numbered_question_and_the_answer_is_the_result() {
+    let term = Term::start("").await;
+    let which = json!({"question": "Which database?", "choices": ["Postgres", "SQLite"]});
+    let free = json!({"question": "What port?", "choices": ["5432"], "free_text": true});
+    term.mock.push(tool_call_reply(&[("call_q1", "ask_user", which)]));
+    term.mock.push(tool_call_reply(&[("call_q2", "ask_user", free)]));
+    term.mock.push(text_reply("Set up."));
+    tokio::task::spawn_blocking(move || {
+        let mut pty = spawn_chat(&term, &[]);
+        prompt(&mut pty);
+        pty.send_line("set up the database").unwrap();
+        pty.expect("Which database?").unwrap();
+        pty.expect("SQLite").unwrap();
+        pty.send("2\r").unwrap();
+        pty.expect("What port?").unwrap();
+        pty.expect("your own answer").unwrap();
+        pty.send("6543\r").unwrap();
+        pty.expect("Set up.").unwrap();
+        prompt(&mut pty);
+        quit(&mut pty);
+        let requests = term.mock.chat_requests();
+        assert_eq!(tool_result(&requests[1].body, "call_q1"), "The user chose: SQLite");
+        assert_eq!(tool_result(&requests[2].body, "call_q2"), "The user answered: 6543");
+    })
+    .await
+    .unwrap();
+}
