@@ -403,7 +403,7 @@ impl Server {
             "session/prompt" => self.prompt(id, params),
             "session/set_mode" => self.outbox.respond(&id, self.set_mode(params)),
             "session/set_config_option" => self.outbox.respond(&id, self.set_config_option(params)),
-            "session/fork" => self.fork_session(id, params),
+            "session/fork" => self.gated(id, |id| self.fork_session(id, params)),
             steering::METHOD => self.steer(id, params),
             _ => self.outbox.respond_err(&id, &RpcError::new(METHOD_NOT_FOUND, format!("Method not found: {method}"))),
         }

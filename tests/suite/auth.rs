@@ -114,8 +114,8 @@ async fn the_older_terminal_auth_marker_gets_the_launch_description() {
     );
 }
 
-/// No model: `session/new`, `session/load` and `session/resume` answer
-/// -32000 naming the method that fixes it; a plain client gets the same
+/// No model: `session/new`, `session/load`, `session/resume` and
+/// `session/fork` answer -32000 naming the method that fixes it; a plain client gets the same
 /// error with no method to press, and the message says what to run.
 #[tokio::test]
 async fn no_model_means_auth_required_naming_the_method() {
@@ -130,7 +130,7 @@ async fn no_model_means_auth_required_naming_the_method() {
     let message = error["message"].as_str().unwrap();
     assert!(message.starts_with("Authentication required: no model is configured"), "{message}");
     assert!(message.contains("lathe setup"), "{message}");
-    for method in ["session/load", "session/resume"] {
+    for method in ["session/load", "session/resume", "session/fork"] {
         let id = agent.request(method, json!({"sessionId": "sess_x", "cwd": cwd, "mcpServers": []})).await;
         let (_, response) = agent.response(id).await;
         assert_eq!(response["error"]["code"], -32000, "{method}: {response}");
