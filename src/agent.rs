@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio_util::sync::CancellationToken;
 
+use crate::agents::Agents;
 use crate::cancel::{Cancelled, OrCancel as _};
 use crate::config::{AgentSettings, ContextSettings, TextToolCalls};
 use crate::model::retry::{self, Decision, Exhausted, Retrier};
@@ -109,6 +110,8 @@ pub enum AgentEvent {
     },
     /// The model's plan, complete.
     Plan(Vec<PlanItem>),
+    /// Something a sub-agent (a `task` call) did.
+    Subagent(SubagentEvent),
     /// Context-window occupancy after a model request.
     Usage {
         /// Tokens in use.
@@ -119,6 +122,40 @@ pub enum AgentEvent {
         estimated: bool,
         /// What the session's requests cost so far, when known.
         cost: Option<f64>,
+    },
+}
+
+/// What a sub-agent did, under the `task` call that runs it (see `task`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SubagentEvent {
+    /// The `task` call.
+    pub call_id: String,
+    /// The agent's name.
+    pub agent: Arc<str>,
+    /// What happened.
+    pub change: SubagentChange,
+}
+
+/// A sub-agent's life.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SubagentChange {
+    /// It started on the job.
+    Started {
+        /// What the model said the job is, in a few words.
+        description: String,
+        /// The job, as the sub-agent reads it.
+        job: String,
+    },
+    /// One of its own events. Its tool-call ids are already scoped by the
+    /// `task` call's (`<task call id>.<its id>`), so they are unique in the
+    /// session; its usage is not among them (it is added to the turn's).
+    Event(Box<AgentEvent>),
+    /// It ended (after the task call's final update).
+    Ended {
+        /// How its turn ended; `None` when it failed.
+        stop: Option<StopReason>,
+        /// Its report, when it gave one (the task call's result).
+        report: Option<String>,
     },
 }
 
@@ -268,6 +305,8 @@ pub struct Turn<'a> {
     /// Where steering messages wait (see [`crate::session::Session::steer`]);
     /// `None` for a turn nobody steers.
     pub steers: Option<&'a Steers>,
+    /// The agents a `task` call can run (see `task`).
+    pub agents: &'a Agents,
 }
 
 /// The tools one request offers: the built-ins, or the external source's
@@ -484,8 +523,27 @@ impl Turn<'_> {
         oversized: &[OversizedCall],
         from_text: bool,
     ) -> Flow {
-        for (index, call) in calls.iter().enumerate() {
+        let mut index = 0;
+        while index < calls.len() {
+            let call = &calls[index];
             let too_big = oversized.iter().find(|o| o.index == index);
+            // Consecutive `task` calls run together (see `task`).
+            let tasks = (index..calls.len())
+                .take_while(|&n| calls[n].name == Tool::Task.name() && !oversized.iter().any(|o| o.index == n))
+                .count();
+            if tasks > 0 && !self.cancel.is_cancelled() {
+                let batch = &calls[index..index + tasks];
+                let flow = self.run_tasks(conversation, batch).await;
+                index += tasks;
+                if flow == Flow::Cancelled {
+                    for rest in &calls[index..] {
+                        self.finish_call(&rest.id, ToolOutcome::cancelled());
+                        conversation.push(self.tool_result(rest, CANCELLED_RESULT.to_owned()));
+                    }
+                    return Flow::Cancelled;
+                }
+                continue;
+            }
             let (result, flow) = if self.cancel.is_cancelled() {
                 self.finish_call(&call.id, ToolOutcome::cancelled());
                 (CANCELLED_RESULT.to_owned(), Flow::Cancelled)
@@ -502,6 +560,7 @@ impl Turn<'_> {
                 }
                 return Flow::Cancelled;
             }
+            index += 1;
         }
         Flow::Continue
     }
@@ -641,6 +700,7 @@ impl Turn<'_> {
                     preview,
                     raw_input,
                     choices,
+                    parent_call_id: None,
                 };
                 let answer = match workspace.approver.ask(&question).or_cancel(self.cancel).await {
                     Err(Cancelled) => Answer::Cancelled,
@@ -1120,6 +1180,7 @@ fn pending_title(tool: Tool) -> &'static str {
         Tool::Fetch => "Fetch",
         Tool::AskUser => "Ask the user",
         Tool::ExitPlanMode => "Plan ready",
+        Tool::Task => "Sub-agent",
     }
 }
 
@@ -1548,6 +1609,8 @@ fn keep_interrupted(conversation: &mut Conversation, partial: Option<StreamDecod
 #[cfg(test)]
 mod tests;
 
+mod task;
+
 #[cfg(test)]
 mod cancelled_write_tests {
     use std::sync::Mutex;
@@ -1652,6 +1715,7 @@ mod cancelled_write_tests {
             external: None,
             context: &config.context,
             steers: None,
+            agents: &crate::agents::Agents::builtin(),
         };
         let call = ToolCallRequest {
             id: "call_1".into(),

@@ -402,6 +402,8 @@ pub struct AgentSettings {
     /// Bytes of arguments one tool call may carry; a call over it is not
     /// kept, shown or run, and the model is told to split its work.
     pub max_tool_call_bytes: usize,
+    /// `task` calls of one model response that run at once (sub-agents).
+    pub max_parallel_tasks: usize,
 }
 
 /// Timeouts and retries for model endpoints.
@@ -432,7 +434,7 @@ pub struct ProtocolSettings {
 
 impl Default for AgentSettings {
     fn default() -> Self {
-        Self { max_model_requests_per_turn: 100, max_tool_call_bytes: 1024 * 1024 }
+        Self { max_model_requests_per_turn: 100, max_tool_call_bytes: 1024 * 1024, max_parallel_tasks: 4 }
     }
 }
 
@@ -748,6 +750,7 @@ struct ModelToml {
 struct AgentToml {
     max_model_requests_per_turn: Option<u32>,
     max_tool_call_bytes: Option<usize>,
+    max_parallel_tasks: Option<usize>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -1135,6 +1138,13 @@ impl TryFrom<AgentToml> for AgentSettings {
                 }
                 Some(n) => n,
                 None => defaults.max_tool_call_bytes,
+            },
+            max_parallel_tasks: match raw.max_parallel_tasks {
+                Some(n) if !(1..=64).contains(&n) => {
+                    return Err(invalid("agent.max_parallel_tasks", format!("{n} is not between 1 and 64")));
+                }
+                Some(n) => n,
+                None => defaults.max_parallel_tasks,
             },
         })
     }

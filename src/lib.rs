@@ -67,6 +67,7 @@
 
 pub mod acp;
 pub mod agent;
+pub mod agents;
 pub mod cancel;
 pub mod checkpoint;
 pub mod child;

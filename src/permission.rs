@@ -417,6 +417,7 @@ fn verb(tool: Tool) -> &'static str {
         Tool::Fetch => "fetching",
         Tool::AskUser => "questions",
         Tool::ExitPlanMode => "plan approvals",
+        Tool::Task => "sub-agents",
     }
 }
 
@@ -485,6 +486,8 @@ pub struct PermissionQuestion {
     pub raw_input: Option<serde_json::Value>,
     /// The choices.
     pub choices: Vec<Choice>,
+    /// For a sub-agent's call, the `task` call that runs the sub-agent.
+    pub parent_call_id: Option<String>,
 }
 
 /// Why asking failed (the editor is gone or answered nonsense).

@@ -118,6 +118,17 @@ pub fn system_prompt_with(
     }
 }
 
+const SUBAGENT: &str = include_str!("../prompts/subagent.md");
+
+/// The system prompt of a sub-agent: what a sub-agent is, its agent's
+/// prompt, and the environment (no project instructions: the job says what
+/// matters).
+pub fn subagent_prompt(agent_prompt: &str, environment: &Environment<'_>) -> SystemPrompt {
+    let rest = after_instructions(environment, &[]);
+    let text = format!("{}\n\n{}{rest}", SUBAGENT.trim_end(), agent_prompt.trim());
+    SystemPrompt::from(text.as_str())
+}
+
 /// What follows lathe's instructions: the environment and the project's files.
 fn after_instructions(environment: &Environment<'_>, instructions: &[Instructions]) -> String {
     let cwd = environment.cwd.display().to_string();

@@ -443,6 +443,8 @@ pub struct Session {
     checkpoints: std::sync::OnceLock<Arc<crate::checkpoint::Checkpoints>>,
     /// Steering messages waiting for the running turn.
     steers: Steers,
+    /// The agents its `task` calls can run, once set (else the built-ins).
+    agents: OnceLock<crate::agents::Agents>,
 }
 
 /// A prompt's turn, registered (so it can be cancelled) but not yet running.
@@ -532,6 +534,7 @@ impl Session {
             external: std::sync::OnceLock::new(),
             checkpoints: std::sync::OnceLock::new(),
             steers: Steers::new(journal.clone()),
+            agents: OnceLock::new(),
             journal,
         }
     }
@@ -555,6 +558,16 @@ impl Session {
     /// The steering messages waiting for a turn.
     pub fn steers(&self) -> &Steers {
         &self.steers
+    }
+
+    /// The agents the session's `task` calls can run.
+    pub fn agents(&self) -> &crate::agents::Agents {
+        self.agents.get_or_init(crate::agents::Agents::builtin)
+    }
+
+    /// Gives the session its agents; only the first call counts.
+    pub fn set_agents(&self, agents: crate::agents::Agents) {
+        let _ = self.agents.set(agents);
     }
 
     /// Gives the session its checkpoints; only the first call counts.

@@ -239,6 +239,10 @@ pub struct ClientApprover {
     pub session_id: SessionId,
     /// The editor offers elicitation forms (`elicitation.form`).
     pub form: bool,
+    /// The editor shows subagent sessions (`subagents`): a sub-agent's
+    /// call is asked about in its session, else in this one with
+    /// `_meta.lathe.parentToolCallId` (see `updates::Offers::subagents`).
+    pub subagents: bool,
 }
 
 /// The form field that holds the chosen answer.
@@ -381,8 +385,16 @@ impl Approver for ClientApprover {
                 raw_input: question.raw_input.clone(),
                 ..ToolCallChange::default()
             };
-            let tool_call = ToolCallUpdate::new(question.call_id.clone(), updates::fields(change));
-            let request = RequestPermissionRequest::new(self.session_id.clone(), tool_call, options);
+            let mut tool_call = ToolCallUpdate::new(question.call_id.clone(), updates::fields(change));
+            let mut session_id = self.session_id.clone();
+            if let Some(parent) = &question.parent_call_id {
+                if self.subagents {
+                    session_id = updates::subagent_session_id(&self.session_id, parent);
+                } else {
+                    tool_call = tool_call.meta(updates::parent_call_meta(parent));
+                }
+            }
+            let request = RequestPermissionRequest::new(session_id, tool_call, options);
             let response: RequestPermissionResponse = self
                 .outbox
                 .call("session/request_permission", &request)

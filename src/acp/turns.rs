@@ -186,7 +186,8 @@ impl Server {
         lock(session.policy()).set_confinement(launcher.confinement());
         let host = ClientHost::new(self.outbox.clone(), session_id.clone(), &capabilities, launcher);
         let form = capabilities.elicitation.as_ref().is_some_and(|e| e.form.is_some());
-        let approver = ClientApprover { outbox: self.outbox.clone(), session_id, form };
+        let subagents = capabilities.subagents.is_some();
+        let approver = ClientApprover { outbox: self.outbox.clone(), session_id, form, subagents };
         // A mode the turn switches to (a plan approved) reaches the editor
         // as it would from `/mode`, with the config options.
         let events = &TurnEvents { events, server: self, session: &session };
@@ -220,6 +221,7 @@ impl Server {
             external: external.as_deref(),
             context: &config.context,
             steers: Some(session.steers()),
+            agents: session.agents(),
         };
         let result = runner.run(turn.conversation(), parts).await;
         if let Some(recording) = recording

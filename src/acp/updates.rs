@@ -12,8 +12,8 @@ use agent_client_protocol_schema::v1::{SessionId, SessionNotification, SessionUp
 use crate::agent::{AgentEvent, EventSink};
 use crate::present::record::streamed_text;
 pub use crate::present::record::{
-    COMPACTION_THOUGHT, Offers, Out, PLAN_ID, fields, location, markdown_plan, record, to_updates, tool_content,
-    tool_kind,
+    COMPACTION_THOUGHT, Offers, Out, PLAN_ID, fields, location, markdown_plan, parent_call_meta, record,
+    subagent_session_id, to_updates, tool_content, tool_kind,
 };
 pub use crate::present::text::{Lines, shown};
 use crate::rpc::{Outbox, encode_notification};
@@ -82,6 +82,21 @@ impl SessionEvents {
         }
     }
 
+    /// Sends (and records, in this session's journal) an update of a
+    /// sub-agent's session; its text chunks are recorded as sent, so that
+    /// they are replayed under that session's id.
+    pub fn send_as(&self, session: SessionId, update: SessionUpdate) {
+        let notification = SessionNotification::new(session, update);
+        let line = match encode_notification("session/update", &notification) {
+            Ok(line) => line,
+            Err(err) => return tracing::error!(%err, "cannot encode a session update"),
+        };
+        if let Some(journal) = &self.journal {
+            journal.record_update_line(line.clone());
+        }
+        self.outbox.send_encoded(line);
+    }
+
     fn encode(&self, update: SessionUpdate) -> Option<Vec<u8>> {
         let notification = SessionNotification::new(self.session_id.clone(), update);
         match encode_notification("session/update", &notification) {
@@ -96,10 +111,11 @@ impl SessionEvents {
 
 impl EventSink for SessionEvents {
     fn emit(&self, event: AgentEvent) {
-        for out in to_updates(event, self.offers) {
+        for out in to_updates(event, self.offers, &self.session_id) {
             match out {
                 Out::History(update) => self.send(update),
                 Out::Live(update) => self.send_unrecorded(update),
+                Out::Child(session, update) => self.send_as(session, update),
             }
         }
     }

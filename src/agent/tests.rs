@@ -253,6 +253,7 @@ struct Fixture {
     seen: tools::versions::FileVersions,
     cancel: CancellationToken,
     tools: &'static [ToolDefinition],
+    agents: crate::agents::Agents,
     clock: FrozenClock,
 }
 
@@ -290,6 +291,7 @@ impl Fixture {
             seen: tools::versions::FileVersions::default(),
             cancel,
             tools: tools::definitions_with(false),
+            agents: crate::agents::Agents::builtin(),
             clock,
         }
     }
@@ -325,6 +327,7 @@ impl Fixture {
             external: self.external.as_ref().map(|external| external as &dyn ExternalTools),
             context: &self.config.context,
             steers: None,
+            agents: &self.agents,
         }
     }
 
@@ -1076,4 +1079,314 @@ async fn cancelled_while_summarising() {
         assert_eq!(f.mock.chat_requests().len(), 1, "no request after the summary's");
         f.mock.wait_for_disconnects(1, WAIT).await;
     }
+}
+
+// ---------------------------------------------------------------------------
+// Sub-agents (`task`)
+// ---------------------------------------------------------------------------
+
+/// The text of a chat request's system message.
+fn system_text(body: &Value) -> String {
+    sent_messages(body)[0]["content"].as_str().unwrap_or_default().to_owned()
+}
+
+/// The names of the tools a chat request offered.
+fn offered_names(body: &Value) -> Vec<String> {
+    body["tools"].as_array().map_or_else(Vec::new, |tools| {
+        tools.iter().map(|tool| tool["function"]["name"].as_str().unwrap().to_owned()).collect()
+    })
+}
+
+/// The last user message of a chat request.
+fn last_user_text(body: &Value) -> String {
+    sent_messages(body)
+        .iter()
+        .rev()
+        .find(|message| message["role"] == "user")
+        .and_then(|message| message["content"].as_str())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// An agent that may use every tool the parent has.
+fn worker() -> crate::agents::AgentSpec {
+    crate::agents::AgentSpec {
+        name: "worker".to_owned(),
+        description: "does anything".to_owned(),
+        tools: None,
+        model: None,
+        prompt: "You are the worker.".to_owned(),
+    }
+}
+
+/// The sub-agent's events, unwrapped.
+fn child_events(events: &Recorder) -> Vec<AgentEvent> {
+    events
+        .all()
+        .into_iter()
+        .filter_map(|event| match event {
+            AgentEvent::Subagent(SubagentEvent { change: SubagentChange::Event(inner), .. }) => Some(*inner),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A `task` call runs the explore agent in a conversation of its own: the
+/// child's request carries the agent's system prompt and the job only (none
+/// of the parent's history), offers read-only tools and no `task`; the
+/// child reads a file; its answer is the parent's tool result, and the
+/// parent's next request carries that result but none of the child's
+/// reading. The children's tokens are added to the turn's usage.
+#[tokio::test(start_paused = true)]
+async fn a_task_runs_in_a_context_of_its_own() {
+    let f = Fixture::new().await;
+    std::fs::write(f.cwd().join("notes.txt"), "the secret is 42\n").unwrap();
+    let job = "Read notes.txt and tell me the secret.";
+    f.mock.push(tool_call_reply(&[("call_t", "task", json!({"description": "find the secret", "prompt": job}))]));
+    f.mock.push(tool_call_reply(&[("call_r", "read_file", json!({"path": "notes.txt"}))]));
+    f.mock.push(text_reply("The secret is in notes.txt: 42."));
+    f.mock.push(text_reply("It is 42."));
+    let mut conversation = Conversation::new(
+        SystemPrompt::from("You are the parent."),
+        vec![user("earlier"), assistant("sure", Vec::new())],
+        None,
+    );
+
+    let stop = f.run(&mut conversation, "what is the secret?").await.unwrap();
+
+    assert_eq!(stop, StopReason::EndTurn);
+    let requests = f.mock.chat_requests();
+    assert_eq!(requests.len(), 4);
+    let child = &requests[1].body;
+    assert!(system_text(child).contains("You explore a code base"), "{}", system_text(child));
+    assert!(system_text(child).contains("cannot start sub-agents"), "{}", system_text(child));
+    assert!(!system_text(child).contains("You are the parent."));
+    let sent = sent_messages(child);
+    assert_eq!(sent.len(), 2, "system prompt and the job only: {sent:#?}");
+    assert_eq!(sent[1]["content"], job);
+    assert_eq!(offered_names(child), ["read_file", "list_directory", "glob", "grep"]);
+    assert!(offered_names(&requests[0].body).contains(&"task".to_owned()));
+    assert!(tool_result(&requests[2].body, "call_r").contains("the secret is 42"));
+    let parent = &requests[3].body;
+    assert_eq!(tool_result(parent, "call_t"), "The secret is in notes.txt: 42.");
+    assert!(!parent.to_string().contains("the secret is 42"), "the child's reading stays out of the parent's request");
+    let messages = conversation.messages();
+    assert_eq!(messages.len(), 6, "{messages:#?}");
+    assert_eq!(messages[4], tool("call_t", "The secret is in notes.txt: 42."));
+    // The user saw the child's call, scoped by the task's id, and its end.
+    assert!(child_events(&f.events).iter().any(
+        |event| matches!(event, AgentEvent::ToolCallStarted { id, name, .. } if id == "call_t.call_r" && name == "read_file")
+    ));
+    assert_eq!(f.events.statuses("call_t"), [ToolCallStatus::InProgress, ToolCallStatus::Completed]);
+    // Four requests of 10 prompt tokens each; the usage shown is the parent's.
+    assert_eq!(conversation.turn_usage.unwrap().input_tokens, 40);
+    assert_eq!(f.events.usage().len(), 2, "only the parent's requests show their occupancy");
+}
+
+/// Two `task` calls in one response run at once: both children's requests
+/// are in flight together (each held by the mock until both arrived), and
+/// their results go back in the order of the calls although the second
+/// finished first.
+#[tokio::test(start_paused = true)]
+async fn parallel_tasks_run_at_once_and_answer_in_call_order() {
+    let f = Fixture::new().await;
+    let (gate_a, gate_b) = (mock_openai::Gate::new(), mock_openai::Gate::new());
+    for (job, gate, report) in [("job A", gate_a.clone(), "report A"), ("job B", gate_b.clone(), "report B")] {
+        f.mock.rule(move |body| {
+            (last_user_text(body) == job && sent_messages(body).len() == 2).then(|| {
+                Reply::Sse(vec![
+                    ev_role(),
+                    Step::Gate(gate.clone()),
+                    ev_text(report),
+                    ev_finish("stop"),
+                    ev_usage(10, 10),
+                    Step::Done,
+                ])
+            })
+        });
+    }
+    f.mock.push(tool_call_reply(&[
+        ("call_1", "task", json!({"description": "a", "prompt": "job A"})),
+        ("call_2", "task", json!({"description": "b", "prompt": "job B"})),
+    ]));
+    f.mock.push(text_reply("Both done."));
+    let mut conversation = Conversation::default();
+
+    let release = async {
+        clock::poll_until("both children's requests are in flight", WAIT, || f.mock.chat_requests().len() == 3).await;
+        gate_b.open();
+        clock::poll_until("the second child ends", WAIT, || {
+            f.events.all().iter().any(|event| {
+                matches!(event, AgentEvent::Subagent(SubagentEvent { call_id, change: SubagentChange::Ended { .. }, .. }) if call_id == "call_2")
+            })
+        })
+        .await;
+        gate_a.open();
+    };
+    let (stop, ()) = tokio::join!(f.run(&mut conversation, "go"), release);
+
+    assert_eq!(stop.unwrap(), StopReason::EndTurn);
+    let messages = conversation.messages();
+    assert_eq!(messages[2], tool("call_1", "report A"));
+    assert_eq!(messages[3], tool("call_2", "report B"));
+    let last = &f.mock.chat_requests()[3].body;
+    assert_eq!(tool_result(last, "call_1"), "report A");
+    assert_eq!(tool_result(last, "call_2"), "report B");
+}
+
+/// At most `[agent] max_parallel_tasks` children run at once: with 1, the
+/// second child's request waits for the first child's end.
+#[tokio::test(start_paused = true)]
+async fn parallel_tasks_are_bounded() {
+    let mut f = Fixture::new().await;
+    f.config.agent.max_parallel_tasks = 1;
+    let gate = mock_openai::Gate::new();
+    let held = gate.clone();
+    f.mock.rule(move |body| {
+        (last_user_text(body) == "job A")
+            .then(|| Reply::Sse(vec![ev_role(), Step::Gate(held.clone()), ev_text("A"), ev_finish("stop"), Step::Done]))
+    });
+    f.mock.push(tool_call_reply(&[
+        ("call_1", "task", json!({"description": "a", "prompt": "job A"})),
+        ("call_2", "task", json!({"description": "b", "prompt": "job B"})),
+    ]));
+    f.mock.push(text_reply("B"));
+    f.mock.push(text_reply("Done."));
+    let mut conversation = Conversation::default();
+
+    let release = async {
+        clock::poll_until("the first child's request", WAIT, || f.mock.chat_requests().len() == 2).await;
+        // A second child started with the first would have said so before
+        // the first one's request left.
+        let started = |id: &str| {
+            f.events.all().iter().any(|event| {
+                matches!(event, AgentEvent::Subagent(SubagentEvent { call_id, change: SubagentChange::Started { .. }, .. }) if call_id == id)
+            })
+        };
+        assert!(started("call_1") && !started("call_2"), "the second child waits");
+        gate.open();
+    };
+    let (stop, ()) = tokio::join!(f.run(&mut conversation, "go"), release);
+
+    assert_eq!(stop.unwrap(), StopReason::EndTurn);
+    assert_eq!(last_user_text(&f.mock.chat_requests()[2].body), "job B");
+}
+
+/// Whether any live (non-zombie) process is in process group `pgid`.
+fn group_alive(pgid: i32) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return true };
+    entries.flatten().any(|entry| {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { return false };
+        let Some((_, rest)) = stat.rsplit_once(") ") else { return false };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        fields.len() > 2 && fields[2] == pgid.to_string() && fields[0] != "Z"
+    })
+}
+
+/// A cancel while two children stream and one runs a command: the turn
+/// answers `cancelled` at once, no child request goes on, both streams are
+/// dropped and the command's process tree is gone.
+#[tokio::test(start_paused = true)]
+async fn a_cancel_ends_every_sub_agent_and_its_commands() {
+    let mut f = Fixture::new().await;
+    f.agents = crate::agents::Agents::with(vec![worker()]);
+    f.policy = Mutex::new(Policy::new(Mode::FullAuto));
+    f.mock.rule(|body| {
+        (last_user_text(body) == "stream").then(|| Reply::Sse(vec![ev_role(), ev_text("Looking"), Step::Stall]))
+    });
+    f.mock.rule(|body| {
+        (last_user_text(body) == "run" && sent_messages(body).len() == 2).then(|| {
+            tool_call_reply(&[(
+                "call_sh",
+                "shell",
+                json!({"command": "echo $$ > pgid.tmp; mv pgid.tmp pgid; sleep 300 & sleep 300 & wait"}),
+            )])
+        })
+    });
+    f.mock.push(tool_call_reply(&[
+        ("call_1", "task", json!({"description": "a", "prompt": "stream"})),
+        ("call_2", "task", json!({"description": "b", "prompt": "run", "agent": "worker"})),
+    ]));
+    let mut conversation = Conversation::default();
+    let pgid_file = f.cwd().join("pgid");
+
+    let cancel = async {
+        let read = || std::fs::read_to_string(&pgid_file).ok().and_then(|text| text.trim().parse::<i32>().ok());
+        clock::poll_until("the command runs and the other child streams", WAIT, || {
+            read().is_some() && f.events.all().iter().any(|e| matches!(e, AgentEvent::Subagent(SubagentEvent { change: SubagentChange::Event(inner), .. }) if matches!(**inner, AgentEvent::AgentText { .. })))
+        })
+        .await;
+        f.cancel.cancel();
+        read().unwrap()
+    };
+    let (stop, pgid) = tokio::join!(f.run(&mut conversation, "go"), cancel);
+
+    assert_eq!(stop.unwrap(), StopReason::Cancelled);
+    assert_eq!(f.mock.chat_requests().len(), 3, "no child request after the cancel");
+    f.mock.wait_for_disconnects(1, WAIT).await;
+    clock::poll_until("the command's process group is gone", WAIT, || !group_alive(pgid)).await;
+    let messages = conversation.messages();
+    assert_eq!(messages[2], tool("call_1", CANCELLED_RESULT));
+    assert_eq!(messages[3], tool("call_2", CANCELLED_RESULT));
+    assert_eq!(f.events.statuses("call_1").last(), Some(&ToolCallStatus::Failed));
+    assert_eq!(f.events.statuses("call_2").last(), Some(&ToolCallStatus::Failed));
+}
+
+/// A child that may write asks through the same approver, the question
+/// naming the agent and the call by its id in the session; a read-only
+/// child's write is refused without asking; no child can call `task`.
+#[tokio::test(start_paused = true)]
+async fn children_follow_the_parents_rules() {
+    let mut f = Fixture::new().await;
+    f.agents = crate::agents::Agents::with(vec![worker()]);
+    f.mock.push(tool_call_reply(&[(
+        "call_w",
+        "task",
+        json!({"description": "w", "prompt": "write", "agent": "worker"}),
+    )]));
+    f.mock.push(tool_call_reply(&[("call_f", "write_file", json!({"path": "out.txt", "content": "hi\n"}))]));
+    f.mock.push(text_reply("Wrote it."));
+    f.mock.push(tool_call_reply(&[("call_e", "task", json!({"description": "e", "prompt": "try to write"}))]));
+    f.mock.push(tool_call_reply(&[
+        ("call_x", "write_file", json!({"path": "no.txt", "content": "no\n"})),
+        ("call_y", "task", json!({"description": "deeper", "prompt": "go deeper"})),
+    ]));
+    f.mock.push(text_reply("I could not."));
+    f.mock.push(text_reply("Done."));
+    f.answer([Reaction::Answer(Answer::AllowOnce)]);
+    let mut conversation = Conversation::default();
+
+    let stop = f.run(&mut conversation, "go").await.unwrap();
+
+    assert_eq!(stop, StopReason::EndTurn);
+    let asked = f.approver.asked.lock().unwrap().clone();
+    assert_eq!(asked.len(), 1, "{asked:#?}");
+    assert_eq!(asked[0].call_id, "call_w.call_f");
+    assert!(asked[0].title.starts_with("worker agent: "), "{}", asked[0].title);
+    assert_eq!(asked[0].parent_call_id.as_deref(), Some("call_w"));
+    assert_eq!(std::fs::read_to_string(f.cwd().join("out.txt")).unwrap(), "hi\n");
+    assert!(!offered_names(&f.mock.chat_requests()[1].body).contains(&"task".to_owned()));
+    let explore_results = &f.mock.chat_requests()[5].body;
+    assert!(tool_result(explore_results, "call_x").contains("There is no tool named \"write_file\""));
+    assert!(tool_result(explore_results, "call_y").contains("There is no tool named \"task\""));
+    assert!(!f.cwd().join("no.txt").exists());
+}
+
+/// An unknown agent or an empty job is refused with a message for the model.
+#[tokio::test(start_paused = true)]
+async fn a_task_the_model_got_wrong_is_explained() {
+    let f = Fixture::new().await;
+    f.mock.push(tool_call_reply(&[
+        ("call_u", "task", json!({"description": "u", "prompt": "x", "agent": "nobody"})),
+        ("call_e", "task", json!({"description": "e", "prompt": "  "})),
+    ]));
+    f.mock.push(text_reply("Sorry."));
+    let mut conversation = Conversation::default();
+
+    f.run(&mut conversation, "go").await.unwrap();
+
+    let last = &f.mock.chat_requests()[1].body;
+    assert_eq!(tool_result(last, "call_u"), "There is no agent named \"nobody\". Agents: explore.");
+    assert!(tool_result(last, "call_e").contains("the prompt is empty"));
+    assert_eq!(f.mock.chat_requests().len(), 2, "no child ran");
 }

@@ -13,15 +13,18 @@ use serde_json::json;
 
 use agent_client_protocol_schema::v1::{
     ClientCapabilities, CompactionStatus, CompactionSummaryChunk, CompactionUpdate, Content, ContentBlock,
-    ContentChunk, Cost, CurrentModeUpdate, Diff, ImageContent, MessageId, Notice, NoticeSeverity, Plan, PlanEntry,
-    PlanEntryPriority, PlanEntryStatus, PlanUpdate, PlanUpdateContent, ResourceLink, SessionId, SessionNotification,
-    SessionUpdate, StopReason as AcpStopReason, Terminal, ToolCall, ToolCallContent, ToolCallLocation,
-    ToolCallStatus as AcpToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind as AcpToolKind, UsageUpdate,
+    ContentChunk, Cost, CurrentModeUpdate, Diff, ErrorStopReason, IdleStateUpdate, IdleStopReason, ImageContent,
+    MessageId, Notice, NoticeSeverity, Plan, PlanEntry, PlanEntryPriority, PlanEntryStatus, PlanUpdate,
+    PlanUpdateContent, ResourceLink, RunningStateUpdate, SessionId, SessionMessage, SessionNotification,
+    SessionReference, SessionUpdate, StateUpdate, StopReason as AcpStopReason, SubagentUpdate, Terminal, ToolCall,
+    ToolCallContent, ToolCallLocation, ToolCallStatus as AcpToolCallStatus, ToolCallUpdate, ToolCallUpdateFields,
+    ToolKind as AcpToolKind, UsageUpdate,
 };
 
 use super::text::{Lines, shown};
 use crate::agent::{
-    AgentEvent, CompactionEvent, CompactionOutcome, StopReason, ToolCallChange, ToolCallStatus, TurnError,
+    AgentEvent, CompactionEvent, CompactionOutcome, StopReason, SubagentChange, SubagentEvent, ToolCallChange,
+    ToolCallStatus, TurnError,
 };
 use crate::model::ModelError;
 use crate::rpc::{INTERNAL_ERROR, RpcError, encode_notification};
@@ -71,11 +74,19 @@ pub struct Offers {
     pub compaction: bool,
     /// `notice` (`session.notices`); else an agent message.
     pub notices: bool,
+    /// Sub-agents as subagent sessions (`subagents`): `subagent_update`,
+    /// the child's updates under its own session id, a `session` link on
+    /// the task call. Else the child's tool calls are the parent session's,
+    /// each with `_meta.lathe.parentToolCallId`, and the task call shows
+    /// the latest step.
+    pub subagents: bool,
 }
 
 impl Offers {
-    /// Everything (a front end that shows every update its own way).
-    pub const ALL: Offers = Offers { plan: true, compaction: true, notices: true };
+    /// Everything (a front end that shows every update its own way), but
+    /// sub-agents the way every client can be shown them: such a front end
+    /// records sub-agents for any editor that loads the session later.
+    pub const ALL: Offers = Offers { plan: true, compaction: true, notices: true, subagents: false };
 
     /// What a client with these capabilities shows.
     pub fn of(capabilities: &ClientCapabilities) -> Offers {
@@ -84,6 +95,7 @@ impl Offers {
             plan: capabilities.plan.is_some(),
             compaction: session.is_some_and(|s| s.compaction.is_some()),
             notices: session.is_some_and(|s| s.notices.is_some()),
+            subagents: capabilities.subagents.is_some(),
         }
     }
 }
@@ -96,6 +108,22 @@ pub enum Out {
     History(SessionUpdate),
     /// Sent only.
     Live(SessionUpdate),
+    /// Sent and recorded, as an update of another session: a sub-agent's
+    /// (see [`subagent_session_id`]).
+    Child(SessionId, SessionUpdate),
+}
+
+/// The session id of the sub-agent that task call `call_id` of session
+/// `parent` runs.
+pub fn subagent_session_id(parent: &SessionId, call_id: &str) -> SessionId {
+    SessionId::new(format!("{}.{call_id}", parent.0))
+}
+
+/// The `_meta` of a sub-agent's tool call shown in the parent's session.
+pub fn parent_call_meta(call_id: &str) -> serde_json::Map<String, serde_json::Value> {
+    let mut meta = serde_json::Map::new();
+    meta.insert("lathe".to_owned(), json!({ "parentToolCallId": call_id }));
+    meta
 }
 
 /// The id of the plan written in plan mode: one per session, each
@@ -106,8 +134,9 @@ pub const PLAN_ID: &str = "plan";
 pub const COMPACTION_THOUGHT: &str =
     "Summarising the earlier conversation to stay within the model's context window…\n";
 
-/// The `session/update`s for an agent event, for a client that shows `offers`.
-pub fn to_updates(event: AgentEvent, offers: Offers) -> Vec<Out> {
+/// The `session/update`s for an agent event of session `session`, for a
+/// client that shows `offers`.
+pub fn to_updates(event: AgentEvent, offers: Offers, session: &SessionId) -> Vec<Out> {
     let history = |update| vec![Out::History(update)];
     match event {
         AgentEvent::AgentText { message_id, text } => history(SessionUpdate::AgentMessageChunk(
@@ -160,6 +189,115 @@ pub fn to_updates(event: AgentEvent, offers: Offers) -> Vec<Out> {
             vec![Out::Live(SessionUpdate::CurrentModeUpdate(CurrentModeUpdate::new(mode.id())))]
         }
         AgentEvent::Compaction(event) => compaction(event, offers.compaction),
+        AgentEvent::Subagent(event) => subagent(event, offers, session),
+    }
+}
+
+/// A sub-agent's event (see [`crate::agent::SubagentEvent`]), the
+/// standard way for a client that shows subagent sessions, else as tool
+/// calls of the parent's (see [`Offers::subagents`]).
+fn subagent(event: SubagentEvent, offers: Offers, session: &SessionId) -> Vec<Out> {
+    let SubagentEvent { call_id, agent, change } = event;
+    if offers.subagents {
+        return subagent_session(&call_id, &agent, change, offers, session);
+    }
+    let step = |title: &str| {
+        let content = vec![tool_content(DisplayContent::Text(shown(title, Lines::One).into_owned()))];
+        Out::History(SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+            call_id.clone(),
+            ToolCallUpdateFields::new().content(content),
+        )))
+    };
+    match change {
+        SubagentChange::Started { .. } | SubagentChange::Ended { .. } => Vec::new(),
+        SubagentChange::Event(inner) => match *inner {
+            AgentEvent::ToolCallStarted { id, title, kind, name } => {
+                let call = ToolCall::new(id, shown(&title, Lines::One))
+                    .kind(tool_kind(kind))
+                    .status(AcpToolCallStatus::Pending)
+                    .name(shown(&name, Lines::One).into_owned())
+                    .meta(parent_call_meta(&call_id));
+                vec![Out::History(SessionUpdate::ToolCall(call)), step(&title)]
+            }
+            AgentEvent::ToolCallUpdated { id, change } => {
+                let title = change.title.clone();
+                let update = ToolCallUpdate::new(id, fields(change)).meta(parent_call_meta(&call_id));
+                let mut out = vec![Out::History(SessionUpdate::ToolCallUpdate(update))];
+                out.extend(title.map(|title| step(&title)));
+                out
+            }
+            notice @ AgentEvent::Notice { .. } => to_updates(notice, offers, session),
+            AgentEvent::AgentText { .. }
+            | AgentEvent::AgentThought { .. }
+            | AgentEvent::UserText { .. }
+            | AgentEvent::PlanDocument { .. }
+            | AgentEvent::ModeChanged(_)
+            | AgentEvent::Compaction(_)
+            | AgentEvent::Plan(_)
+            | AgentEvent::Subagent(_)
+            | AgentEvent::Usage { .. } => Vec::new(),
+        },
+    }
+}
+
+/// A sub-agent as a subagent session: announced on the parent's session
+/// (before any of its own updates) and linked from the task call, its
+/// events under its own session id, idle when it ends.
+fn subagent_session(
+    call_id: &str,
+    agent: &str,
+    change: SubagentChange,
+    offers: Offers,
+    session: &SessionId,
+) -> Vec<Out> {
+    let child = subagent_session_id(session, call_id);
+    match change {
+        SubagentChange::Started { description, job } => {
+            let announce = SubagentUpdate::new(child.clone())
+                .title(shown(agent, Lines::One).into_owned())
+                .description(shown(&description, Lines::One).into_owned())
+                .state(StateUpdate::Running(RunningStateUpdate::new()));
+            let link = ToolCallUpdateFields::new()
+                .content(vec![ToolCallContent::Session(SessionReference::new(child.clone()))]);
+            let message = SessionMessage::new(format!("job_{call_id}"))
+                .sender_session_id(session.clone())
+                .recipient_session_id(child.clone())
+                .content(vec![ContentBlock::from(job)]);
+            vec![
+                Out::History(SessionUpdate::SubagentUpdate(announce)),
+                Out::History(SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(call_id.to_owned(), link))),
+                Out::Child(child, SessionUpdate::SessionMessage(message)),
+            ]
+        }
+        SubagentChange::Event(inner) => to_updates(*inner, offers, &child)
+            .into_iter()
+            .filter_map(|out| match out {
+                Out::History(update) => Some(Out::Child(child.clone(), update)),
+                // What is not history (a notice) stays the parent's, live.
+                Out::Live(update) => Some(Out::Live(update)),
+                Out::Child(..) => None,
+            })
+            .collect(),
+        SubagentChange::Ended { stop, report } => {
+            let reason = match stop {
+                Some(StopReason::EndTurn) => IdleStopReason::EndTurn,
+                Some(StopReason::MaxTokens) => IdleStopReason::MaxTokens,
+                Some(StopReason::MaxTurnRequests) => IdleStopReason::MaxTurnRequests,
+                Some(StopReason::Refusal) => IdleStopReason::Refusal,
+                Some(StopReason::Cancelled) => IdleStopReason::Cancelled,
+                None => IdleStopReason::Error(ErrorStopReason::new()),
+            };
+            let idle =
+                SubagentUpdate::new(child.clone()).state(StateUpdate::Idle(IdleStateUpdate::new().stop_reason(reason)));
+            // The task call's final content replaced the link: it keeps both.
+            let mut content = vec![ToolCallContent::Session(SessionReference::new(child))];
+            content.extend(report.map(|report| tool_content(DisplayContent::Text(report))));
+            let link = ToolCallUpdateFields::new().content(content);
+            vec![
+                Out::History(SessionUpdate::SubagentUpdate(idle)),
+                Out::History(SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(call_id.to_owned(), link))),
+            ]
+        }
     }
 }
 

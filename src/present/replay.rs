@@ -38,6 +38,27 @@ struct ParamsPeek<'a> {
     update: InnerPeek<'a>,
 }
 
+/// Whose a logged update line is, and of what kind, whatever its content.
+#[derive(serde::Deserialize)]
+struct HeadPeek<'a> {
+    #[serde(borrow)]
+    params: HeadParams<'a>,
+}
+
+#[derive(serde::Deserialize)]
+struct HeadParams<'a> {
+    #[serde(rename = "sessionId", borrow, default)]
+    session_id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    update: HeadUpdate<'a>,
+}
+
+#[derive(serde::Deserialize)]
+struct HeadUpdate<'a> {
+    #[serde(rename = "sessionUpdate", borrow)]
+    kind: Cow<'a, str>,
+}
+
 #[derive(serde::Deserialize)]
 struct InnerPeek<'a> {
     #[serde(rename = "sessionUpdate", borrow)]
@@ -167,6 +188,31 @@ impl<'a> Replayer<'a> {
     }
 
     fn update(&mut self, sent: String) {
+        if let Ok(head) = serde_json::from_str::<HeadPeek<'_>>(&sent) {
+            // A sub-agent's own session (see `record::Offers::subagents`):
+            // its lines as sent, to a client that shows subagent sessions;
+            // none of them is the parent's answer.
+            if head.params.session_id.as_deref().is_some_and(|id| id != &*self.session_id.0) {
+                drop(head);
+                if self.offers.subagents {
+                    self.emit_after_held(sent.into_bytes());
+                }
+                return;
+            }
+            if !self.offers.subagents {
+                match &*head.params.update.kind {
+                    "subagent_update" | "session_message" | "session_message_chunk" => return,
+                    "tool_call_update" if sent.contains(r#""type":"session""#) => {
+                        drop(head);
+                        if let Some(line) = self.unlinked(&sent) {
+                            self.emit_after_held(line);
+                        }
+                        return;
+                    }
+                    _ => {}
+                }
+            }
+        }
         let Ok(peek) = serde_json::from_str::<UpdatePeek<'_>>(&sent) else {
             // Not an update lathe wrote: sent as it is.
             return self.emit_after_held(sent.into_bytes());
@@ -290,6 +336,24 @@ impl<'a> Replayer<'a> {
         encode_notification("session/update", &SessionNotification::new(self.session_id.clone(), translated))
             .inspect_err(|err| tracing::error!(%err, "cannot encode a replayed update"))
             .ok()
+    }
+
+    /// A task call's update recorded for a client that shows subagent
+    /// sessions, without its links to them (`session` content), for one
+    /// that does not; `None` when nothing else is left in it.
+    fn unlinked(&self, sent: &str) -> Option<Vec<u8>> {
+        let mut line: Value = serde_json::from_str(sent).ok()?;
+        let update = line.pointer_mut("/params/update")?.as_object_mut()?;
+        if let Some(Value::Array(content)) = update.get_mut("content") {
+            content.retain(|item| item["type"] != "session");
+            if content.is_empty() {
+                update.remove("content");
+            }
+        }
+        if update.keys().all(|key| key == "sessionUpdate" || key == "toolCallId") {
+            return None;
+        }
+        serde_json::to_vec(&line).ok()
     }
 
     /// Sends what is still held and the last usage figure; returns what the

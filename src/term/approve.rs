@@ -479,6 +479,7 @@ mod tests {
             locations: Vec::new(),
             preview: vec![DisplayContent::Text(format!("```sh\n{text}\n```"))],
             raw_input: None,
+            parent_call_id: None,
             choices: vec![
                 Choice { answer: Answer::AllowOnce, id: "allow_once", label: "Allow".to_owned() },
                 Choice {

@@ -16,7 +16,10 @@ use agent_client_protocol_schema::v1::{
 
 use super::lock;
 use super::style::{self, Paint};
-use crate::agent::{AgentEvent, CompactionEvent, CompactionOutcome, EventSink, ToolCallChange, ToolCallStatus};
+use crate::agent::{
+    AgentEvent, CompactionEvent, CompactionOutcome, EventSink, SubagentChange, SubagentEvent, ToolCallChange,
+    ToolCallStatus,
+};
 use crate::checkpoint::Outcome;
 use crate::model::UserPart;
 use crate::present::record::{COMPACTION_THOUGHT, Offers, Out, record, to_updates};
@@ -127,7 +130,7 @@ impl EventSink for TermEvents {
     fn emit(&self, event: AgentEvent) {
         // Recorded as for an editor that shows every kind of update (a
         // session/load by one that shows fewer translates them).
-        let updates = to_updates(event.clone(), Offers::ALL);
+        let updates = to_updates(event.clone(), Offers::ALL, &self.session_id);
         if let Some(journal) = &self.journal {
             for out in &updates {
                 if let Out::History(update) = out {
@@ -138,8 +141,12 @@ impl EventSink for TermEvents {
         let mut screen = lock(&self.screen);
         match screen.output {
             Output::Json => {
-                for Out::History(update) | Out::Live(update) in updates {
-                    screen.json(&SessionNotification::new(self.session_id.clone(), update));
+                for out in updates {
+                    let (session, update) = match out {
+                        Out::History(update) | Out::Live(update) => (self.session_id.clone(), update),
+                        Out::Child(session, update) => (session, update),
+                    };
+                    screen.json(&SessionNotification::new(session, update));
                 }
             }
             Output::Plain | Output::Chat => screen.show(event),
@@ -152,6 +159,8 @@ struct CallState {
     title: String,
     kind: ToolKind,
     announced: bool,
+    /// A sub-agent's call: its lines are indented under the task's.
+    nested: bool,
 }
 
 /// What is on the terminal: where the answer's line stands, the tool calls,
@@ -283,11 +292,21 @@ impl Screen {
                 self.thought_open = !text.ends_with('\n');
             }
             AgentEvent::ToolCallStarted { id, title, kind, .. } => {
-                self.calls.insert(id, CallState { title, kind, announced: false });
+                self.calls.insert(id, CallState { title, kind, announced: false, nested: false });
             }
             AgentEvent::ToolCallUpdated { id, change } => self.tool_change(&id, change),
             AgentEvent::Plan(items) => self.plan(&items),
-            AgentEvent::Usage { .. } => {}
+            // A sub-agent's steps: its tool calls, under the task's; its
+            // prose is for the main agent.
+            AgentEvent::Subagent(SubagentEvent { change: SubagentChange::Event(inner), .. }) => match *inner {
+                AgentEvent::ToolCallStarted { id, title, kind, .. } => {
+                    self.calls.insert(id, CallState { title, kind, announced: false, nested: true });
+                }
+                AgentEvent::ToolCallUpdated { id, change } => self.tool_change(&id, change),
+                notice @ AgentEvent::Notice { .. } => self.show(notice),
+                _ => {}
+            },
+            AgentEvent::Usage { .. } | AgentEvent::Subagent(_) => {}
             AgentEvent::UserText { text, .. } => {
                 let paint = self.err_paint;
                 self.err_lines(&format!("{} {}", paint.cyan("›"), paint.bold(&shown(&text, Lines::One))));
@@ -382,6 +401,7 @@ impl Screen {
         }
         let title = shown(&call.title, Lines::One).into_owned();
         let kind = call.kind;
+        let nested = call.nested;
         let mut lines = Vec::new();
         match change.status {
             Some(ToolCallStatus::InProgress) if !call.announced => {
@@ -403,6 +423,12 @@ impl Screen {
                 lines.extend(result_lines(paint, kind, change.content.as_deref(), chat, false));
             }
             _ => {}
+        }
+        if nested {
+            lines = lines
+                .into_iter()
+                .map(|line| line.lines().map(|l| format!("    {l}")).collect::<Vec<_>>().join("\n"))
+                .collect();
         }
         if !lines.is_empty() {
             self.err_lines(lines.join("\n").trim_end());

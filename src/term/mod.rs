@@ -361,6 +361,7 @@ impl Engine {
             external: external.as_deref(),
             context: &self.config.context,
             steers: Some(session.steers()),
+            agents: session.agents(),
         };
         let result = runner.run(turn.conversation(), parts).await;
         if let Some(recording) = recording {

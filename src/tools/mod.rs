@@ -75,12 +75,15 @@ pub enum Tool {
     /// turn; offered only once the session has been in plan mode, see
     /// [`plan_definition`]).
     ExitPlanMode,
+    /// Hand a job to a sub-agent (run by the turn, see
+    /// [`PreparedCall::task`]; never offered to a sub-agent).
+    Task,
 }
 
 impl Tool {
     /// All tools, in the order they are offered to the model
     /// (`exit_plan_mode` only in plan mode, after everything else).
-    pub const ALL: [Tool; 11] = [
+    pub const ALL: [Tool; 12] = [
         Tool::ReadFile,
         Tool::WriteFile,
         Tool::EditFile,
@@ -91,6 +94,7 @@ impl Tool {
         Tool::UpdatePlan,
         Tool::Fetch,
         Tool::AskUser,
+        Tool::Task,
         Tool::ExitPlanMode,
     ];
 
@@ -108,6 +112,7 @@ impl Tool {
             Tool::Fetch => "fetch",
             Tool::AskUser => "ask_user",
             Tool::ExitPlanMode => "exit_plan_mode",
+            Tool::Task => "task",
         }
     }
 
@@ -125,7 +130,7 @@ impl Tool {
             Tool::Shell => ToolKind::Execute,
             Tool::UpdatePlan | Tool::ExitPlanMode => ToolKind::Think,
             Tool::Fetch => ToolKind::Fetch,
-            Tool::AskUser => ToolKind::Other,
+            Tool::AskUser | Tool::Task => ToolKind::Other,
         }
     }
 
@@ -142,6 +147,7 @@ impl Tool {
             Tool::Fetch => include_str!("../../prompts/tools/fetch.md"),
             Tool::AskUser => include_str!("../../prompts/tools/ask_user.md"),
             Tool::ExitPlanMode => include_str!("../../prompts/tools/exit_plan_mode.md"),
+            Tool::Task => include_str!("../../prompts/tools/task.md"),
         }
     }
 
@@ -158,6 +164,7 @@ impl Tool {
             Tool::Fetch => include_str!("../../prompts/tools/lean/fetch.md"),
             Tool::AskUser => include_str!("../../prompts/tools/lean/ask_user.md"),
             Tool::ExitPlanMode => include_str!("../../prompts/tools/lean/exit_plan_mode.md"),
+            Tool::Task => include_str!("../../prompts/tools/lean/task.md"),
         }
     }
 
@@ -174,11 +181,15 @@ impl Tool {
             Tool::Fetch => fetch::fetch_schema(),
             Tool::AskUser => ask_user_schema(),
             Tool::ExitPlanMode => exit_plan_schema(),
+            Tool::Task => task_schema(),
         }
     }
 
-    /// The definition of this tool in `profile`.
+    /// The definition of this tool in `profile` (`task`'s lists the built-in agents).
     fn definition(self, profile: PromptProfile) -> ToolDefinition {
+        if self == Tool::Task {
+            return task_definition(profile, &crate::agents::Agents::builtin());
+        }
         match profile {
             PromptProfile::Standard => {
                 ToolDefinition::function(self.name(), self.description().trim(), self.parameters())
@@ -190,6 +201,20 @@ impl Tool {
             }
         }
     }
+}
+
+/// The definition of `task` in `profile`, its description listing `agents`
+/// (sorted, so byte-stable).
+pub fn task_definition(profile: PromptProfile, agents: &crate::agents::Agents) -> ToolDefinition {
+    let (text, mut parameters) = match profile {
+        PromptProfile::Standard => (Tool::Task.description(), Tool::Task.parameters()),
+        PromptProfile::Lean => (Tool::Task.lean_description(), Tool::Task.parameters()),
+    };
+    if profile == PromptProfile::Lean {
+        strip_descriptions(&mut parameters);
+    }
+    let description = format!("{}\n\nAgents:\n{}", text.trim(), agents.listing());
+    ToolDefinition::function(Tool::Task.name(), &description, parameters)
 }
 
 /// The definitions of every built-in tool, built once so that every request
@@ -386,6 +411,7 @@ enum Args {
     Fetch(fetch::FetchArgs),
     AskUser(AskUserArgs),
     ExitPlanMode(ExitPlanArgs),
+    Task(TaskArgs),
 }
 
 /// A call the turn answers itself by asking the user, instead of running it
@@ -409,6 +435,32 @@ pub struct AskUserArgs {
     /// Whether the user may answer in their own words.
     #[serde(default)]
     pub free_text: bool,
+}
+
+/// The arguments of `task`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct TaskArgs {
+    /// A few words the user sees.
+    #[serde(default)]
+    pub description: String,
+    /// The whole job.
+    #[serde(alias = "task", alias = "instructions")]
+    pub prompt: String,
+    /// The agent to run it (the built-in `explore` when absent).
+    #[serde(default, alias = "subagent_type", alias = "agent_type")]
+    pub agent: Option<String>,
+}
+
+fn task_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "description": { "type": "string", "description": "3-6 words for the user." },
+            "prompt": { "type": "string", "description": "The whole job, self-contained." },
+            "agent": { "type": "string" }
+        },
+        "required": ["description", "prompt"]
+    })
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -477,7 +529,8 @@ impl PreparedCall {
             | Tool::UpdatePlan
             | Tool::Fetch
             | Tool::AskUser
-            | Tool::ExitPlanMode => CANCEL_GRACE,
+            | Tool::ExitPlanMode
+            | Tool::Task => CANCEL_GRACE,
         }
     }
 
@@ -496,7 +549,8 @@ impl PreparedCall {
             | Args::Shell(_)
             | Args::UpdatePlan(_)
             | Args::AskUser(_)
-            | Args::ExitPlanMode(_) => {}
+            | Args::ExitPlanMode(_)
+            | Args::Task(_) => {}
         }
     }
 
@@ -514,7 +568,27 @@ impl PreparedCall {
             | Args::Grep(_)
             | Args::Shell(_)
             | Args::UpdatePlan(_)
-            | Args::Fetch(_) => None,
+            | Args::Fetch(_)
+            | Args::Task(_) => None,
+        }
+    }
+
+    /// The job of a `task` call, which the turn runs as a sub-agent;
+    /// `None` for the other tools.
+    pub fn task(&self) -> Option<&TaskArgs> {
+        match &self.args {
+            Args::Task(args) => Some(args),
+            Args::ReadFile(_)
+            | Args::WriteFile(_)
+            | Args::EditFile(_)
+            | Args::ListDirectory(_)
+            | Args::Glob(_)
+            | Args::Grep(_)
+            | Args::Shell(_)
+            | Args::UpdatePlan(_)
+            | Args::Fetch(_)
+            | Args::AskUser(_)
+            | Args::ExitPlanMode(_) => None,
         }
     }
 }
@@ -977,6 +1051,12 @@ pub fn prepare_in(name: &str, arguments: &str, cwd: &Path, in_place: bool) -> Re
             let title = "Run this plan?".to_owned();
             (Args::ExitPlanMode(a), Description { title, locations: Vec::new(), access: Access::Nothing, preview })
         })?,
+        Tool::Task => parse(name, value).map(|a: TaskArgs| {
+            let agent = a.agent.as_deref().unwrap_or(crate::agents::EXPLORE);
+            let about = if a.description.trim().is_empty() { a.prompt.as_str() } else { a.description.as_str() };
+            let title = format!("{agent}: {}", about.lines().next().unwrap_or_default());
+            (Args::Task(a), Description { title, locations: Vec::new(), access: Access::Nothing, preview: Vec::new() })
+        })?,
         Tool::UpdatePlan => parse(name, value).map(|a: PlanArgs| {
             let done = a.plan.iter().filter(|i| i.status == PlanStatus::Completed).count();
             let title = format!("Update plan ({done}/{} done)", a.plan.len());
@@ -1041,7 +1121,7 @@ pub async fn precheck(call: &PreparedCall, ctx: &ToolContext<'_>) -> Option<Tool
         ) => Some(refused("This call's path was not judged; nothing was done.")),
         (Args::Shell(args), _) => shell::check_shell(args, ctx).await.err(),
         // Questions are answered by the turn, never run (see `PreparedCall::interaction`).
-        (Args::Fetch(_) | Args::UpdatePlan(_) | Args::AskUser(_) | Args::ExitPlanMode(_), _) => None,
+        (Args::Fetch(_) | Args::UpdatePlan(_) | Args::AskUser(_) | Args::ExitPlanMode(_) | Args::Task(_), _) => None,
     };
     refusal.map(|refusal| *refusal)
 }
@@ -1079,6 +1159,8 @@ pub async fn run(call: PreparedCall, ctx: &ToolContext<'_>) -> ToolOutcome {
         (Args::AskUser(_) | Args::ExitPlanMode(_), _) => {
             ToolOutcome::failed("This tool is answered by asking the user; nothing was done.")
         }
+        // The turn runs it as a sub-agent (`PreparedCall::task`).
+        (Args::Task(_), _) => ToolOutcome::failed("This tool is run by the turn; nothing was done."),
         (Args::UpdatePlan(args), _) => {
             let summary = args
                 .plan

@@ -102,6 +102,7 @@ mod setup;
 mod sse_split;
 mod standard_updates;
 mod steering;
+mod subagents;
 mod term_chat;
 mod term_exec;
 mod text_formats;
