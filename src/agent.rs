@@ -583,7 +583,7 @@ impl Turn<'_> {
     /// The size of the next request, in tokens (see [`estimate_tokens`]).
     fn estimate(&self, conversation: &Conversation) -> u64 {
         let offered = self.offered(conversation.plan_tools);
-        let request = Request::new(self.client, &conversation.system_prompt, &offered);
+        let request = Request::new(self.client, &conversation.system_prompt, &offered, self.agents);
         estimate_tokens(conversation, request.system_prompt, &request.tools)
     }
 
@@ -1007,7 +1007,7 @@ impl Turn<'_> {
     /// once per session, when the model turns out to take no tools.
     async fn open_stream(&self, conversation: &mut Conversation) -> Result<ResponseStream, Sample> {
         let offered = self.offered(conversation.plan_tools);
-        let request = Request::new(self.client, &conversation.system_prompt, &offered);
+        let request = Request::new(self.client, &conversation.system_prompt, &offered, self.agents);
         let opened = open_retrying(self.client, self.events, self.cancel, (&request, conversation.messages())).await;
         if let Some(reason) = self.client.chat_only()
             && !offered.is_empty()
@@ -1237,7 +1237,13 @@ impl Turn<'_> {
     /// See [`Compactor::compact`].
     pub async fn compact(&self, conversation: &mut Conversation, turn_start: Option<usize>) -> Compaction {
         let tools = self.offered(conversation.plan_tools);
-        let compactor = Compactor { client: self.client, events: self.events, cancel: self.cancel, tools: &tools };
+        let compactor = Compactor {
+            client: self.client,
+            events: self.events,
+            cancel: self.cancel,
+            tools: &tools,
+            agents: self.agents,
+        };
         compactor.compact(conversation, turn_start).await
     }
 }
@@ -1254,6 +1260,8 @@ pub struct Compactor<'a> {
     /// The tools the conversation was held with (sent again so the request
     /// shares the usual prefix and its cache).
     pub tools: &'a [ToolDefinition],
+    /// The session's agents (which `task`'s description lists).
+    pub agents: &'a Agents,
 }
 
 impl Compactor<'_> {
@@ -1346,7 +1354,7 @@ impl Compactor<'_> {
         messages: &[Message],
         id: &Arc<str>,
     ) -> Result<Option<String>, TurnError> {
-        let request = Request::new(self.client, system_prompt, self.tools);
+        let request = Request::new(self.client, system_prompt, self.tools, self.agents);
         let mut stream = match open_retrying(self.client, self.events, self.cancel, (&request, messages)).await {
             Ok(stream) => stream,
             Err(NotOpened::Cancelled) => return Ok(None),
@@ -1385,16 +1393,29 @@ enum NotOpened {
 }
 
 /// The fixed part of a request in the model's prompt profile: the system
-/// prompt and the tools (the built-ins in that profile's wording).
+/// prompt and the tools (the built-ins in that profile's wording, `task`
+/// listing the session's agents).
 struct Request<'a> {
     system_prompt: &'a str,
     tools: std::borrow::Cow<'a, [ToolDefinition]>,
 }
 
 impl<'a> Request<'a> {
-    fn new(client: &ModelClient, system_prompt: &'a SystemPrompt, tools: &'a [ToolDefinition]) -> Self {
+    fn new(
+        client: &ModelClient,
+        system_prompt: &'a SystemPrompt,
+        tools: &'a [ToolDefinition],
+        agents: &Agents,
+    ) -> Self {
         let profile = client.profile();
-        Request { system_prompt: system_prompt.get(profile), tools: tools::for_profile(tools, profile) }
+        let mut tools = tools::for_profile(tools, profile);
+        if !agents.is_builtin() && tools.iter().any(|tool| tool.name() == Tool::Task.name()) {
+            let task = tools::task_definition(profile, agents);
+            for tool in tools.to_mut().iter_mut().filter(|tool| tool.name() == Tool::Task.name()) {
+                *tool = task.clone();
+            }
+        }
+        Request { system_prompt: system_prompt.get(profile), tools }
     }
 }
 

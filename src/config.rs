@@ -404,6 +404,9 @@ pub struct AgentSettings {
     pub max_tool_call_bytes: usize,
     /// `task` calls of one model response that run at once (sub-agents).
     pub max_parallel_tasks: usize,
+    /// More directories of agent files (relative: to the project), after
+    /// `.lathe/agents` (see [`crate::agents`]).
+    pub extra_agent_dirs: Vec<String>,
 }
 
 /// Timeouts and retries for model endpoints.
@@ -434,7 +437,12 @@ pub struct ProtocolSettings {
 
 impl Default for AgentSettings {
     fn default() -> Self {
-        Self { max_model_requests_per_turn: 100, max_tool_call_bytes: 1024 * 1024, max_parallel_tasks: 4 }
+        Self {
+            max_model_requests_per_turn: 100,
+            max_tool_call_bytes: 1024 * 1024,
+            max_parallel_tasks: 4,
+            extra_agent_dirs: Vec::new(),
+        }
     }
 }
 
@@ -751,6 +759,8 @@ struct AgentToml {
     max_model_requests_per_turn: Option<u32>,
     max_tool_call_bytes: Option<usize>,
     max_parallel_tasks: Option<usize>,
+    #[serde(default)]
+    extra_agent_dirs: Vec<String>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -1146,6 +1156,7 @@ impl TryFrom<AgentToml> for AgentSettings {
                 Some(n) => n,
                 None => defaults.max_parallel_tasks,
             },
+            extra_agent_dirs: raw.extra_agent_dirs,
         })
     }
 }

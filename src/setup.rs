@@ -78,15 +78,40 @@ pub struct WorkspaceFiles {
     pub instructions: Vec<Instructions>,
     /// Built-in, project and user slash commands.
     pub commands: Vec<SlashCommand>,
+    /// The agents defined in Markdown (see [`crate::agents`]).
+    pub agents: Vec<crate::agents::AgentSpec>,
 }
 
-/// The project instructions and slash commands for a session in `cwd`.
-/// Blocking: it reads files.
-pub fn workspace_files(cwd: &Path, user_dir: Option<&Path>) -> WorkspaceFiles {
+/// The project instructions, slash commands and agents for a session in
+/// `cwd` (`extra_agent_dirs`: `[agent] extra_agent_dirs`). Blocking: it
+/// reads files.
+pub fn workspace_files(cwd: &Path, user_dir: Option<&Path>, extra_agent_dirs: &[String]) -> WorkspaceFiles {
     if !cwd.is_dir() {
         tracing::warn!(path = %cwd.display(), "the session's cwd is not an existing directory");
     }
-    WorkspaceFiles { instructions: project_instructions(cwd, user_dir), commands: commands::available(cwd, user_dir) }
+    WorkspaceFiles {
+        instructions: project_instructions(cwd, user_dir),
+        commands: commands::available(cwd, user_dir),
+        agents: crate::agents::defined(cwd, user_dir, extra_agent_dirs),
+    }
+}
+
+/// A session's agents: the built-ins and `defined`, each that names a
+/// configured model with its client (one that names another is run on the
+/// session's model, with a warning in the log).
+pub fn session_agents(config: &Config, defined: Vec<crate::agents::AgentSpec>) -> crate::agents::Agents {
+    let mut agents = crate::agents::Agents::with(defined);
+    let named: Vec<(String, String)> =
+        agents.all().iter().filter_map(|agent| agent.model.clone().map(|model| (agent.name.clone(), model))).collect();
+    for (name, model) in named {
+        match model_client(config, &model, None) {
+            Ok(client) => agents.set_client(&name, Arc::new(client)),
+            Err(error) => {
+                tracing::warn!(agent = %name, %model, %error, "the agent's model is not usable; it runs on the session's")
+            }
+        }
+    }
+    agents
 }
 
 /// A fresh session id.
@@ -156,9 +181,10 @@ pub fn open_session(
     id: Arc<str>,
     placement: Placement,
     start: Start,
-    instructions: &[Instructions],
+    files: &WorkspaceFiles,
     root: &CancellationToken,
 ) -> Arc<Session> {
+    let instructions = &files.instructions;
     let Start { messages, choices, mode, journal, system, waiting, cost } = start;
     let environment = Environment { cwd: &placement.cwd, os: std::env::consts::OS, date: &Environment::today() };
     let prompt = system_prompt_with(&environment, instructions, system.as_ref());
@@ -172,6 +198,7 @@ pub fn open_session(
     };
     let session = Arc::new(Session::new(Arc::clone(&id), setup, conversation, choices, mode, root));
     session.steers().restore(waiting);
+    session.set_agents(session_agents(config, files.agents.clone()));
     // Checkpoints live in the session's folder, so they go with it; a
     // session that is not saved keeps none.
     if let Some(store) = store.filter(|_| session.journal().is_some())
@@ -359,7 +386,8 @@ pub async fn compact(
     let token = turn.token().clone();
     let offered = turn.session().external_tools().map(|external| external.definitions());
     let tools = offered.as_deref().unwrap_or(crate::tools::definitions_with(config.tools.fetch));
-    let compactor = Compactor { client, events, cancel: &token, tools };
+    let session = Arc::clone(turn.session());
+    let compactor = Compactor { client, events, cancel: &token, tools, agents: session.agents() };
     match compactor.compact(turn.conversation(), None).await {
         Compaction::Done { .. } => Ok(Some(format!("Compacted {before} messages into a summary."))),
         Compaction::NothingToDo => Ok(Some("There is nothing to compact yet.".to_owned())),

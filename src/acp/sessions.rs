@@ -28,7 +28,7 @@ use super::{INVALID_PARAMS, RESOURCE_NOT_FOUND, RequestId, RpcError, Server, loc
 use crate::commands::SlashCommand;
 use crate::permission::Mode;
 use crate::present::replay::{Replayer, Restored};
-use crate::prompt::{ClientPrompt, Instructions};
+use crate::prompt::ClientPrompt;
 use crate::session::{Journal, Session};
 use crate::setup::{self, Placement, Start, WorkspaceFiles, workspace_files};
 use crate::store::{ListKey, ListPage, SessionMeta, SessionSummary, Store, StoreError, now_rfc3339};
@@ -108,7 +108,7 @@ impl Server {
         self.tasks.spawn(async move {
             let files = server.read_workspace(&placement).await;
             let start = Start { system, ..Start::new(Vec::new(), choices, Mode::Ask, journal.as_ref().ok().cloned()) };
-            let session = server.open_session(Arc::clone(&session_id), placement, start, &files.instructions);
+            let session = server.open_session(Arc::clone(&session_id), placement, start, &files);
             let response = NewSessionResponse::new(SessionId::new(Arc::clone(session.id())))
                 .modes(options::mode_state(&session))
                 .config_options(options::config_options(&server.config(), &session));
@@ -207,6 +207,7 @@ impl Server {
             let runtime = tokio::runtime::Handle::current();
             let notification_id = session_id.clone();
             let offers = self.offers();
+            let extra_agent_dirs = self.config().agent.extra_agent_dirs.clone();
             tokio::task::spawn_blocking(move || {
                 let mut unflushed = 0usize;
                 let mut send = |line: Vec<u8>| {
@@ -221,7 +222,7 @@ impl Server {
                     Replayer::new(notification_id, (replay == Replay::Yes).then_some(&mut send)).offering(offers);
                 let stored = store.read(&id, &mut |record| replayer.record(record));
                 let transcript = replayer.finish();
-                (stored.map(|meta| (meta, transcript)), workspace_files(&cwd, user_dir.as_deref()))
+                (stored.map(|meta| (meta, transcript)), workspace_files(&cwd, user_dir.as_deref(), &extra_agent_dirs))
             })
         };
         let (stored, files) = reading
@@ -247,7 +248,7 @@ impl Server {
         journal.save_meta(meta.clone());
         let Restored { messages, waiting, cost } = restored;
         let start = Start { system, waiting, cost, ..Start::new(messages, choices, mode, Some(journal)) };
-        let session = self.open_session(Arc::clone(&session_id.0), placement, start, &files.instructions);
+        let session = self.open_session(Arc::clone(&session_id.0), placement, start, &files);
         session.set_title(meta.title);
         Ok((session, files.commands))
     }
@@ -255,22 +256,18 @@ impl Server {
     /// Reads the workspace files of a session being set up, off the async threads.
     async fn read_workspace(&self, placement: &Placement) -> WorkspaceFiles {
         let (cwd, user_dir) = (placement.cwd.clone(), self.config().user_dir.clone());
-        tokio::task::spawn_blocking(move || workspace_files(&cwd, user_dir.as_deref())).await.unwrap_or_else(|err| {
-            tracing::warn!(%err, "reading the project's instructions and commands failed");
-            WorkspaceFiles::default()
-        })
+        let extra_agent_dirs = self.config().agent.extra_agent_dirs.clone();
+        tokio::task::spawn_blocking(move || workspace_files(&cwd, user_dir.as_deref(), &extra_agent_dirs))
+            .await
+            .unwrap_or_else(|err| {
+                tracing::warn!(%err, "reading the project's instructions and commands failed");
+                WorkspaceFiles::default()
+            })
     }
 
-    fn open_session(
-        &self,
-        id: Arc<str>,
-        placement: Placement,
-        start: Start,
-        instructions: &[Instructions],
-    ) -> Arc<Session> {
+    fn open_session(&self, id: Arc<str>, placement: Placement, start: Start, files: &WorkspaceFiles) -> Arc<Session> {
         let store = self.store.as_ref();
-        let session =
-            setup::open_session(&self.config(), store, Arc::clone(&id), placement, start, instructions, &self.root);
+        let session = setup::open_session(&self.config(), store, Arc::clone(&id), placement, start, files, &self.root);
         lock(&self.sessions).insert(id, Arc::clone(&session));
         session
     }

@@ -166,7 +166,8 @@ impl Turn<'_> {
             change: started,
         }));
         let child = Turn {
-            client: self.client,
+            // The model the agent's file names, else the session's.
+            client: self.agents.client(&agent.name).unwrap_or(self.client),
             settings: self.settings,
             events: &events,
             cancel: &cancel,

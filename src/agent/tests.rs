@@ -1390,3 +1390,28 @@ async fn a_task_the_model_got_wrong_is_explained() {
     assert!(tool_result(last, "call_e").contains("the prompt is empty"));
     assert_eq!(f.mock.chat_requests().len(), 2, "no child ran");
 }
+
+/// An agent that names write tools gets no more than the mode allows: in
+/// read-only mode its write is refused without asking.
+#[tokio::test(start_paused = true)]
+async fn a_child_never_has_what_the_mode_denies() {
+    let mut f = Fixture::new().await;
+    f.agents = crate::agents::Agents::with(vec![worker()]);
+    f.policy = Mutex::new(Policy::new(Mode::ReadOnly));
+    f.mock.push(tool_call_reply(&[(
+        "call_w",
+        "task",
+        json!({"description": "w", "prompt": "write", "agent": "worker"}),
+    )]));
+    f.mock.push(tool_call_reply(&[("call_f", "write_file", json!({"path": "out.txt", "content": "hi\n"}))]));
+    f.mock.push(text_reply("Could not."));
+    f.mock.push(text_reply("Done."));
+    let mut conversation = Conversation::default();
+
+    f.run(&mut conversation, "go").await.unwrap();
+
+    assert!(f.approver.asked.lock().unwrap().is_empty());
+    assert!(!f.cwd().join("out.txt").exists());
+    let refused = tool_result(&f.mock.chat_requests()[2].body, "call_f");
+    assert!(refused.to_lowercase().contains("read-only") || refused.contains("mode"), "{refused}");
+}

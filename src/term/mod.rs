@@ -202,7 +202,7 @@ impl Engine {
         let files = self.read_workspace(&placement.cwd).await;
         let start = Start::new(Vec::new(), choices, mode, journal);
         let store = self.store.as_ref().ok();
-        setup::open_session(&self.config, store, id, placement, start, &files.instructions, &self.root)
+        setup::open_session(&self.config, store, id, placement, start, &files, &self.root)
     }
 
     async fn restore(&self, id: &str, mut placement: Placement, mode: Mode) -> Result<Arc<Session>, OpenError> {
@@ -224,22 +224,18 @@ impl Engine {
         let journal = Journal::new(Arc::clone(&store), Arc::from(id));
         let crate::acp::Restored { messages, waiting, cost } = restored;
         let start = Start { waiting, cost, ..Start::new(messages, choices, mode, Some(journal)) };
-        let session = setup::open_session(
-            &self.config,
-            Some(&store),
-            Arc::from(id),
-            placement,
-            start,
-            &files.instructions,
-            &self.root,
-        );
+        let session =
+            setup::open_session(&self.config, Some(&store), Arc::from(id), placement, start, &files, &self.root);
         session.set_title(meta.title);
         Ok(session)
     }
 
     async fn read_workspace(&self, cwd: &std::path::Path) -> setup::WorkspaceFiles {
         let (cwd, user_dir) = (cwd.to_path_buf(), self.config.user_dir.clone());
-        tokio::task::spawn_blocking(move || setup::workspace_files(&cwd, user_dir.as_deref())).await.unwrap_or_default()
+        let extra_agent_dirs = self.config.agent.extra_agent_dirs.clone();
+        tokio::task::spawn_blocking(move || setup::workspace_files(&cwd, user_dir.as_deref(), &extra_agent_dirs))
+            .await
+            .unwrap_or_default()
     }
 
     /// The slash commands a session in `cwd` offers. Blocking.

@@ -156,3 +156,61 @@ async fn with_subagents_each_child_is_a_subagent_session() {
         "It is 42 (notes.txt)."
     );
 }
+
+/// A project agent file (`.lathe/agents/<name>.md`): the task tool lists it,
+/// it runs with its own prompt and only the tools it names; a write it may
+/// make is asked about in its own session (a client with `subagents`), the
+/// question naming it.
+#[tokio::test]
+async fn a_project_agent_runs_with_its_prompt_and_tools_and_asks_in_its_session() {
+    let mut h = Harness::start().await;
+    let agents = h.project.join(".lathe/agents");
+    std::fs::create_dir_all(&agents).unwrap();
+    std::fs::write(
+        agents.join("scribe.md"),
+        "---\nname: scribe\ndescription: Writes notes\ntools: Read, Write\n---\nYou are the scribe.\n",
+    )
+    .unwrap();
+    let session = h.session_with(json!({"subagents": {}})).await;
+    h.mock.push(tool_call_reply(&[(
+        "call_t",
+        "task",
+        json!({"description": "write a note", "prompt": "Write note.txt", "agent": "scribe"}),
+    )]));
+    h.mock.push(tool_call_reply(&[("call_w", "write_file", json!({"path": "note.txt", "content": "noted\n"}))]));
+    h.mock.push(text_reply("Wrote note.txt."));
+    h.mock.push(text_reply("Done."));
+    let id = prompt(&mut h.agent, &session, "take a note").await;
+    let mut asked = Vec::new();
+    let (_, response) = h
+        .agent
+        .response_answering(id, |request| {
+            asked.push(request.clone());
+            crate::support::acp_client::Answer::Result(
+                json!({"outcome": {"outcome": "selected", "optionId": "allow_once"}}),
+            )
+        })
+        .await;
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+
+    let requests = h.mock.chat_requests();
+    let task: Vec<&Value> = requests[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|tool| tool["function"]["name"] == "task")
+        .collect();
+    let description = task[0]["function"]["description"].as_str().unwrap();
+    assert!(description.contains("- explore: ") && description.contains("- scribe: Writes notes"), "{description}");
+    let child = &requests[1].body;
+    assert!(child["messages"][0]["content"].as_str().unwrap().contains("You are the scribe."));
+    let offered: Vec<&str> =
+        child["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
+    assert_eq!(offered, ["read_file", "write_file"]);
+    assert_eq!(asked.len(), 1, "{asked:#?}");
+    assert_eq!(asked[0]["method"], "session/request_permission");
+    assert_eq!(asked[0]["params"]["sessionId"], format!("{session}.call_t"), "asked in the child's session");
+    assert_eq!(asked[0]["params"]["toolCall"]["toolCallId"], "call_t.call_w");
+    assert!(asked[0]["params"]["toolCall"]["title"].as_str().unwrap().starts_with("scribe agent: "));
+    assert_eq!(std::fs::read_to_string(h.project.join("note.txt")).unwrap(), "noted\n");
+}
