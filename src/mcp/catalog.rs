@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use crate::model::ToolDefinition;
+use crate::tool_definition::ToolDefinition;
 
 /// Longest tool name providers accept (`^[a-zA-Z0-9_-]{1,64}$`).
 pub(super) const MAX_NAME: usize = 64;
