@@ -1641,8 +1641,8 @@ mod cancelled_write_tests {
 
     use super::*;
     use crate::config::{Config, NetworkSettings};
-    use crate::fs_guard::Target;
     use crate::permission::{ApprovalError, Mode};
+    use crate::platform::authority::Target;
     use crate::tools::local::LocalHost;
     use crate::tools::{HostError, Terminals};
 

@@ -26,7 +26,7 @@
 //! their bytes on disk, once per session; a metadata-only scan could tell a
 //! file changed but not what it held.
 //!
-//! Restores and removals go through the path authority ([`crate::fs_guard`]):
+//! Restores and removals go through the path authority ([`crate::platform::authority`]):
 //! atomic, never through a link, never outside the roots. A file is put
 //! back only if it still holds what the turn left (unless forced).
 //!
@@ -61,8 +61,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::fs_guard::{Found, GuardError, Target};
 use crate::model::Message;
+use crate::platform::authority::{Found, GuardError, Target};
 use crate::store::create_private_dir;
 
 /// Why `/undo` left a file alone that was changed after the turn (the

@@ -14,7 +14,7 @@
 //! ```
 //!
 //! Command files are read through the one reader for untrusted workspace
-//! files ([`fs_guard::read_workspace_file`]): regular files only (a FIFO or a
+//! files ([`authority::read_workspace_file`]): regular files only (a FIFO or a
 //! link to `/dev/zero` is skipped at once, never read), at most
 //! [`MAX_COMMAND_BYTES`], and a project command must lead to a file inside
 //! the cwd. The user's own commands directory is trusted but type- and
@@ -25,7 +25,7 @@
 
 use std::path::Path;
 
-use crate::fs_guard::{self, Area};
+use crate::platform::authority::{self, Area};
 
 /// Largest command file read; a prompt template has no use for more.
 pub const MAX_COMMAND_BYTES: u64 = 64 * 1024;
@@ -125,7 +125,7 @@ fn custom_commands(dir: &Path, area: Area<'_>) -> Vec<SlashCommand> {
             if name.is_empty() || !name.chars().all(|c| c.is_alphanumeric() || c == '-' || c == '_' || c == ':') {
                 return None;
             }
-            match fs_guard::read_workspace_file(&path, area, MAX_COMMAND_BYTES) {
+            match authority::read_workspace_file(&path, area, MAX_COMMAND_BYTES) {
                 Ok(Some(read)) if read.omitted == 0 => Some(parse_command_file(&name, &read.text)),
                 Ok(Some(_)) => {
                     tracing::warn!(path = %path.display(), limit = MAX_COMMAND_BYTES, "skipping a command file over the size limit");

@@ -38,8 +38,11 @@
 //! child       how a process is started: scrubbed environment, supervision
 //!             (the `lathe sandbox-exec` trampoline), its own process group
 //! sandbox     the Landlock policy commands run under, applied by the trampoline
-//! fs_guard    the path authority: every file touch judged on its final target,
-//!             done on the object judged; the reader for untrusted workspace files
+//! platform/   the bottom floor: what differs per operating system, one seam per
+//!             concern (the path authority: every file touch judged on its final
+//!             target, done on the object judged; file stamps; private files;
+//!             console; folders); imports nothing of lathe but config and errors
+//! fs_guard    the path authority's old name, until issue 25's files move over
 //! config      TOML / environment -> validated Config
 //! discover    with no config at all: a model server already running on
 //!             loopback (Ollama, LM Studio, llama.cpp, vLLM), told by its metadata
@@ -84,6 +87,7 @@ pub mod http;
 pub mod mcp;
 pub mod model;
 pub mod permission;
+pub mod platform;
 pub mod present;
 pub mod prompt;
 pub mod redact;

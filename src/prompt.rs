@@ -10,7 +10,7 @@
 //! [`MAX_INSTRUCTIONS_BYTES`].
 //!
 //! The workspace is untrusted, so its instruction files are read through the
-//! one reader for such files ([`fs_guard::read_workspace_file`]): regular
+//! one reader for such files ([`authority::read_workspace_file`]): regular
 //! files only (a FIFO or a device never blocks or floods), at most the cap
 //! read, and the final target must lie inside the cwd for a file in the cwd,
 //! inside the repository root for one above it. An `AGENTS.md` that links to
@@ -29,7 +29,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::config::PromptProfile;
-use crate::fs_guard::{self, Area};
+use crate::platform::authority::{self, Area};
 
 const SYSTEM: &str = include_str!("../prompts/system.md");
 const LEAN_SYSTEM: &str = include_str!("../prompts/lean/system.md");
@@ -184,7 +184,7 @@ pub fn project_instructions(cwd: &Path, user_dir: Option<&Path>) -> Vec<Instruct
 }
 
 fn read_instructions(path: &Path, area: Area<'_>) -> Option<Instructions> {
-    let read = match fs_guard::read_workspace_file(path, area, MAX_INSTRUCTIONS_BYTES as u64) {
+    let read = match authority::read_workspace_file(path, area, MAX_INSTRUCTIONS_BYTES as u64) {
         Ok(read) => read?,
         Err(refusal) => {
             tracing::warn!(path = %path.display(), reason = %refusal, "instructions file left out of the system prompt");

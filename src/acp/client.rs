@@ -3,7 +3,7 @@
 //! only when the editor advertised it, with local disk and local processes
 //! standing in otherwise. Implements the tools' [`Host`] and the agent's
 //! [`Approver`] seams. File requests name the judged target's real location
-//! and are checked again through [`crate::fs_guard`] just before they are sent.
+//! and are checked again through [`crate::platform::authority`] just before they are sent.
 
 use std::path::Path;
 
@@ -21,8 +21,8 @@ use futures_util::future::BoxFuture;
 use super::RESOURCE_NOT_FOUND;
 use super::updates::{self, Lines};
 use crate::agent::ToolCallChange;
-use crate::fs_guard::{GuardError, Target};
 use crate::permission::{Answer, ApprovalError, Approver, AskError, PermissionQuestion, UserQuestion, UserReply};
+use crate::platform::authority::{GuardError, Target};
 use crate::rpc::{CallError, Outbox};
 use crate::tools::local::{Action, LocalHost, guard_error};
 use crate::tools::{

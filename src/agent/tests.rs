@@ -18,8 +18,8 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::config::Config;
-use crate::fs_guard::Target;
 use crate::permission::{ApprovalError, Mode};
+use crate::platform::authority::Target;
 use crate::test_support::clock::{self, FrozenClock};
 use crate::test_support::mock_openai::{
     self, MockOpenAi, Reply, Step, ev_finish, ev_role, ev_text, ev_tool_call_args, ev_tool_call_start, ev_usage,

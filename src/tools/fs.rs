@@ -6,7 +6,7 @@
 //! [`edit_match`](super::edit_match) (exact text first, then the slips a
 //! model makes that have one reading).
 //!
-//! Every path is judged by [`crate::fs_guard`] when the call is described
+//! Every path is judged by [`crate::platform::authority`] when the call is described
 //! (where it really leads: links followed, dangling ones too), and the call
 //! then works on that judged [`Target`], never on the name again. Titles name
 //! the real target when links lead elsewhere (`Write notes.md →
@@ -64,7 +64,7 @@ use super::{
     ToolOutcome, refused,
 };
 use crate::cancel::{Cancelled, OrCancel as _};
-use crate::fs_guard::{Found, Target};
+use crate::platform::authority::{Found, Target};
 
 /// Largest file `describe_*` reads to preview a change; bigger files get no preview.
 const PREVIEW_MAX_BYTES: u64 = 256 * 1024;

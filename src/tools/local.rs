@@ -4,7 +4,7 @@
 //! This module owns the text rules every local file read and write obeys:
 //! files over [`MAX_FILE_BYTES`] and binary files are refused before
 //! decoding, and errors are phrased for the model. The disk itself is
-//! touched only through [`crate::fs_guard`], on the target the permission
+//! touched only through [`crate::platform::authority`], on the target the permission
 //! policy judged: only regular files are opened (a FIFO, socket or device is
 //! refused, checked on the open descriptor, so nothing blocks), and writes
 //! are atomic (a temporary file in the target's directory, flushed to disk,
@@ -26,8 +26,8 @@ use std::path::Path;
 
 use futures_util::future::BoxFuture;
 
-use crate::fs_guard::{GuardError, Target};
-pub use crate::fs_guard::{STALE_TEMP_AGE, special_kind};
+use crate::platform::authority::{GuardError, Target};
+pub use crate::platform::authority::{STALE_TEMP_AGE, special_kind};
 
 use super::{Host, HostError, Terminals};
 

@@ -45,7 +45,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use crate::child::Launcher;
 use crate::config::PromptProfile;
-use crate::fs_guard::Target;
+use crate::platform::authority::Target;
 use crate::tool_definition::ToolDefinition;
 
 /// Every built-in tool.
@@ -340,7 +340,7 @@ pub struct Location {
 pub enum Access {
     /// Touches nothing on the machine.
     Nothing,
-    /// Reads these targets, judged on where they really lead (see [`crate::fs_guard`]).
+    /// Reads these targets, judged on where they really lead (see [`crate::platform::authority`]).
     Read(Vec<Target>),
     /// Creates or changes these targets, judged on where they really lead.
     Write(Vec<Target>),
@@ -853,7 +853,7 @@ pub enum HostError {
 
 /// File and terminal access: the local machine, or the editor when it
 /// offers `fs/*` and `terminal/*`. Files are named by the [`Target`] the
-/// permission policy judged, and touched there (see [`crate::fs_guard`]).
+/// permission policy judged, and touched there (see [`crate::platform::authority`]).
 pub trait Host: Send + Sync {
     /// Reads a whole text file (the editor's unsaved buffer when the editor
     /// serves reads).

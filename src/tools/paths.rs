@@ -2,12 +2,13 @@
 //! normalised lexically, and shown relative to the cwd.
 //!
 //! Where a path really leads, and whether that is inside the session roots,
-//! is [`crate::fs_guard`]'s to judge: [`real_location`] and
+//! is [`crate::platform::authority`]'s to judge: [`real_location`] and
 //! [`is_inside_roots`] ask it.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
-use crate::fs_guard::Target;
+use crate::platform::authority::Target;
+pub use crate::platform::paths::{display, normalize};
 
 /// The absolute, normalised path the model meant: absolute paths as given,
 /// relative ones against `cwd`, `~/` against the home directory; `.` and `..`
@@ -23,33 +24,6 @@ pub fn resolve(cwd: &Path, path: &str) -> PathBuf {
         None => cwd.join(path),
     };
     normalize(&joined)
-}
-
-/// Removes `.` and resolves `..` without touching the file system.
-pub fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for component in path.components() {
-        match component {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                // `..` at the root stays at the root; a relative path keeps its leading `..`.
-                if !out.pop() && !out.has_root() {
-                    out.push(component);
-                }
-            }
-            other => out.push(other),
-        }
-    }
-    out
-}
-
-/// The path as the user would write it: relative to `cwd` when inside it.
-pub fn display(path: &Path, cwd: &Path) -> String {
-    match path.strip_prefix(cwd) {
-        Ok(relative) if relative.as_os_str().is_empty() => ".".to_owned(),
-        Ok(relative) => relative.display().to_string(),
-        Err(_) => path.display().to_string(),
-    }
 }
 
 /// Where `path` (absolute) really leads: every symlink followed, dangling

@@ -16,7 +16,7 @@
 //! not followed. A path given explicitly is always walked, even when ignored.
 //!
 //! The workspace is hostile input. The base of a search is the target the
-//! permission policy judged ([`crate::fs_guard`]); a FIFO, socket or device
+//! permission policy judged ([`crate::platform::authority`]); a FIFO, socket or device
 //! there is refused before anything opens it. Each file `grep` searches is
 //! opened without following a link anywhere on its path and without
 //! blocking, and searched only if it is a regular file on the open
@@ -46,7 +46,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Access, Description, DisplayContent, Location, Refusal, ToolContext, ToolOutcome, refused};
 use super::{lenient, paths};
 use crate::cancel::{Cancelled, OrCancel as _};
-use crate::fs_guard::{Found, Target};
+use crate::platform::authority::{Found, Target, open_searchable};
 use crate::sync::lock;
 
 /// Deepest `depth` `list_directory` accepts; deeper trees are `glob`'s job.
@@ -397,18 +397,6 @@ fn check_base(base: &Target, cwd: &Path, want_dir: bool) -> Option<String> {
     }
 }
 
-/// Opens a file the walk found for searching: no link followed anywhere on
-/// the way, never blocking, a regular file only.
-fn open_searchable(path: &Path) -> io::Result<std::fs::File> {
-    use rustix::fs::OFlags;
-    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
-    let file = std::fs::File::from(crate::fs_guard::open_nofollow(path, flags).map_err(io::Error::other)?);
-    if !file.metadata()?.is_file() {
-        return Err(io::Error::other("not a regular file"));
-    }
-    Ok(file)
-}
-
 /// A path found under the judged `base` as the user reads it: under the name
 /// the model gave, relative to the cwd.
 fn shown_under(path: &Path, base: &Target, cwd: &Path) -> String {
@@ -492,7 +480,7 @@ fn check_ignore_files(base: &Target, cwd: &Path) -> Option<String> {
     let kind = match std::fs::metadata(&file) {
         Ok(metadata) if metadata.is_file() => "too large to be an ignore file".to_owned(),
         Ok(metadata) if metadata.is_dir() => "a directory".to_owned(),
-        Ok(metadata) => format!("{}, not a regular file", crate::fs_guard::special_kind(&metadata)),
+        Ok(metadata) => format!("{}, not a regular file", crate::platform::authority::special_kind(&metadata)),
         Err(err) => err.to_string(),
     };
     Some(format!(

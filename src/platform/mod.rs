@@ -1,0 +1,24 @@
+//! The platform layer: everything that differs between the systems lathe
+//! runs on, behind one seam per concern, so the rest of lathe never writes
+//! `cfg(unix)` or `cfg(windows)`.
+//!
+//! This is the bottom floor: it imports nothing of lathe but `config` and
+//! `errors`. One module per concern; where the systems differ, one file per
+//! family (`unix`, `windows`) beneath it, chosen by `cfg` at the leaves only
+//! (the shape of tokio's `sys/` and `ignore`'s walkers).
+//!
+//! ```text
+//! paths      path text: lexical normalisation, showing a path relative to a cwd
+//! authority  the path authority: a path judged on its final target, touched
+//!            on the object judged (handle-relative opens, no link followed)
+//! stamp      a file's identity (the path authority's; the session index and
+//!            checkpoints next)
+//! ```
+//!
+//! Process trees, the command sandbox and the shell join in the next phase
+//! (issue 26), once the Linux sandbox (issue 25) has settled `child.rs`,
+//! `sandbox.rs` and `tools/shell.rs`.
+
+pub mod authority;
+pub mod paths;
+pub mod stamp;

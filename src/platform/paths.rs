@@ -1,0 +1,60 @@
+//! Path text, without touching the file system: `.` and `..` resolved
+//! lexically, and a path shown the way the user would write it.
+//!
+//! On Windows a [`Path`] already accepts `/` and `\` and keeps its prefix
+//! (`C:`, `\\?\C:`, `\\server\share`) as the first component, which both
+//! functions carry through unchanged. Which real object a path names (links,
+//! case, 8.3 names) is the path authority's question, not this module's.
+
+use std::path::{Component, Path, PathBuf};
+
+/// Removes `.` and resolves `..` without touching the file system.
+pub fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                // `..` at the root stays at the root; a relative path keeps its leading `..`.
+                if !out.pop() && !out.has_root() {
+                    out.push(component);
+                }
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// The path as the user would write it: relative to `cwd` when inside it.
+pub fn display(path: &Path, cwd: &Path) -> String {
+    match path.strip_prefix(cwd) {
+        Ok(relative) if relative.as_os_str().is_empty() => ".".to_owned(),
+        Ok(relative) => relative.display().to_string(),
+        Err(_) => path.display().to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalisation_is_lexical() {
+        let root = std::env::temp_dir();
+        let base = root.join("p");
+        assert_eq!(normalize(&base.join(".").join("src").join("..").join("lib.rs")), base.join("lib.rs"));
+        let top = root.ancestors().last().unwrap();
+        assert_eq!(normalize(&top.join("..").join("x")), top.join("x"), "`..` at the root stays there");
+        assert_eq!(normalize(Path::new("../x/./y")), PathBuf::from("../x/y"));
+    }
+
+    #[test]
+    fn shown_relative_to_the_cwd() {
+        let cwd = std::env::temp_dir().join("p");
+        assert_eq!(display(&cwd.join("src").join("a.rs"), &cwd), Path::new("src").join("a.rs").display().to_string());
+        assert_eq!(display(&cwd, &cwd), ".");
+        let elsewhere = std::env::temp_dir().join("q").join("x");
+        assert_eq!(display(&elsewhere, &cwd), elsewhere.display().to_string());
+    }
+}
