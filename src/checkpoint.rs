@@ -52,8 +52,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::io::{Read as _, Seek as _, Write as _};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt as _};
+use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -63,6 +62,8 @@ use sha2::{Digest, Sha256};
 
 use crate::model::Message;
 use crate::platform::authority::{Found, GuardError, Target};
+use crate::platform::files;
+use crate::platform::stamp::FileStamp;
 use crate::store::create_private_dir;
 
 /// Why `/undo` left a file alone that was changed after the turn (the
@@ -287,12 +288,13 @@ struct Stamp {
 
 impl Stamp {
     fn of(metadata: &std::fs::Metadata) -> Stamp {
+        let stamp = FileStamp::of(metadata);
         Stamp {
-            len: metadata.len(),
-            mtime_ns: i128::from(metadata.mtime()) * 1_000_000_000 + i128::from(metadata.mtime_nsec()),
-            ctime_ns: i128::from(metadata.ctime()) * 1_000_000_000 + i128::from(metadata.ctime_nsec()),
-            ino: metadata.ino(),
-            dev: metadata.dev(),
+            len: stamp.len,
+            mtime_ns: stamp.modified_ns,
+            ctime_ns: stamp.changed_ns,
+            ino: stamp.id.ino,
+            dev: stamp.id.dev,
         }
     }
 
@@ -427,40 +429,19 @@ fn too_big(size: u64, limit: u64) -> String {
     format!("{TOO_BIG}: it is {size} bytes, over the {limit}-byte checkpoint limit")
 }
 
-/// Whether `file` (of `size` bytes) is sparse: it takes less than half its
-/// length on disk and has a hole before its end (a compressing file system
-/// also reports fewer blocks, but no hole). A copy would take its whole
-/// length. Returns the bytes it takes on disk. Leaves the file's offset at 0.
+/// Whether `file` (of `size` bytes) is sparse; see [`files::sparse`].
 fn sparse(file: &mut File, size: u64) -> Option<u64> {
-    let allocated = file.metadata().ok()?.blocks().saturating_mul(512);
-    if allocated.saturating_mul(2) >= size {
-        return None;
-    }
-    #[cfg(any(target_os = "linux", target_os = "android", target_os = "macos", target_os = "freebsd"))]
-    {
-        let hole = rustix::fs::seek(&*file, rustix::fs::SeekFrom::Hole(0));
-        let rewound = file.rewind();
-        if rewound.is_err() || hole.is_ok_and(|at| at >= size) {
-            return None;
-        }
-    }
-    Some(allocated)
+    files::sparse(file, size)
 }
 
-/// Takes `file`'s lock (`flock`), waiting for it when `wait`; whether it did.
+/// Takes `file`'s lock, waiting for it when `wait`; whether it did.
 fn flock(file: &File, wait: bool) -> std::io::Result<bool> {
-    use rustix::fs::FlockOperation;
-    let operation = if wait { FlockOperation::LockExclusive } else { FlockOperation::NonBlockingLockExclusive };
-    match rustix::fs::flock(file, operation) {
-        Ok(()) => Ok(true),
-        Err(rustix::io::Errno::WOULDBLOCK) if !wait => Ok(false),
-        Err(err) => Err(err.into()),
-    }
+    files::lock(file, wait)
 }
 
-/// Opens (creating it, 0600) a file lathe only locks.
+/// Opens (creating it, private) a file lathe only locks.
 fn lock_file(path: &Path) -> std::io::Result<File> {
-    std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o600).open(path)
+    crate::platform::private::open_rw(path)
 }
 
 /// The ids of `turns`.

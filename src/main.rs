@@ -363,14 +363,9 @@ fn init_logging(level: Option<&str>, file: Option<&std::path::Path>, default: &s
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     match file {
         Some(path) => {
-            use std::os::unix::fs::OpenOptionsExt as _;
             // Private like every other file lathe writes (logs can quote
             // prompts, paths and server messages).
-            let file = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .mode(0o600)
-                .open(path)
+            let file = lathe::platform::private::open_append(path)
                 .with_context(|| format!("cannot open the log file {}", path.display()))?;
             builder.with_ansi(false).with_writer(lathe::redact::LogWriter::new(std::sync::Mutex::new(file))).init();
         }
@@ -426,24 +421,6 @@ fn greet(config: &Config) {
     eprintln!("Now serving ACP on this terminal; type JSON-RPC lines, or press Ctrl-D to quit.");
 }
 
-#[cfg(unix)]
 async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut streams = Vec::new();
-    for kind in [SignalKind::terminate(), SignalKind::interrupt(), SignalKind::hangup()] {
-        match signal(kind) {
-            Ok(stream) => streams.push(stream),
-            Err(err) => tracing::warn!(%err, "cannot listen for a signal"),
-        }
-    }
-    if streams.is_empty() {
-        return std::future::pending().await;
-    }
-    let waits = streams.iter_mut().map(|s| Box::pin(async move { s.recv().await }));
-    futures_util::future::select_all(waits).await;
-}
-
-#[cfg(not(unix))]
-async fn shutdown_signal() {
-    let _ = tokio::signal::ctrl_c().await;
+    lathe::platform::console::shutdown().await;
 }

@@ -38,9 +38,8 @@ mod index;
 mod journal;
 
 use std::collections::{HashMap, HashSet};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{BufReader, Write};
-use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant, SystemTime};
@@ -284,10 +283,6 @@ fn valid_id(id: &str) -> bool {
 const META_FILE: &str = "meta.json";
 const LOG_FILE: &str = "log.jsonl";
 
-/// Session data is the user's conversation with their code: only they may read it.
-const PRIVATE_DIR: u32 = 0o700;
-const PRIVATE_FILE: u32 = 0o600;
-
 /// At most this many session logs are open at once; opening another closes
 /// the one written longest ago.
 pub const MAX_OPEN_LOGS: usize = 16;
@@ -295,21 +290,12 @@ pub const MAX_OPEN_LOGS: usize = 16;
 /// A log not written for this long is closed (and reopened when needed).
 pub const IDLE_LOG: Duration = Duration::from_secs(30);
 
-/// Creates `dir` and any missing parents, each private.
-/// Creates `dir` and any missing parents as 0700. Whatever else writes
-/// under a session's folder (its checkpoints) creates it through this too:
-/// whoever comes first, the folder is private.
+/// Creates `dir` and any missing parents, each private (session data is the
+/// user's conversation with their code: only they may read it). Whatever
+/// else writes under a session's folder (its checkpoints) creates it through
+/// this too: whoever comes first, the folder is private.
 pub(crate) fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::DirBuilder::new().recursive(true).mode(PRIVATE_DIR).create(dir)
-}
-
-/// Takes group and other access away from `path`, if it has any.
-fn make_private(path: &Path, mode: u32) -> std::io::Result<()> {
-    let permissions = std::fs::metadata(path)?.permissions();
-    if permissions.mode() & 0o077 != 0 {
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
-    }
-    Ok(())
+    crate::platform::private::create_dir(dir)
 }
 
 impl Store {
@@ -336,7 +322,7 @@ impl Store {
             source,
         })?;
         // A directory made by an older lathe (0755): what is inside it is private once it is.
-        if let Err(err) = make_private(&root, PRIVATE_DIR) {
+        if let Err(err) = crate::platform::private::make_private(&root) {
             tracing::warn!(path = %root.display(), %err, "cannot make the sessions directory private");
         }
         probe(&root).map_err(|source| StoreError::Io { action: "cannot write in", path: root.clone(), source })?;
@@ -619,12 +605,8 @@ impl Disk for RealDisk {
     fn open_log(&self, path: &Path) -> std::io::Result<File> {
         // Readable too: whether an existing log ends on a line boundary is
         // read from it (`ends_with_newline`).
-        let file = OpenOptions::new().create(true).read(true).append(true).mode(PRIVATE_FILE).open(path)?;
-        // A log written by an older lathe (0644).
-        if file.metadata()?.permissions().mode() & 0o077 != 0 {
-            file.set_permissions(std::fs::Permissions::from_mode(PRIVATE_FILE))?;
-        }
-        Ok(file)
+        // Private; a log written by an older lathe (0644) is made private.
+        crate::platform::private::open_append(path)
     }
 }
 
@@ -635,7 +617,7 @@ impl LogFile for File {
 
     fn ends_with_newline(&self, len: u64) -> std::io::Result<bool> {
         let mut last = [0u8; 1];
-        self.read_exact_at(&mut last, len.saturating_sub(1))?;
+        crate::platform::private::read_at(self, &mut last, len.saturating_sub(1))?;
         Ok(last[0] == b'\n')
     }
 
@@ -1079,6 +1061,7 @@ mod tests {
     }
 
     fn mode(path: &Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt as _;
         std::fs::metadata(path).unwrap().permissions().mode() & 0o777
     }
 
@@ -1185,7 +1168,7 @@ mod tests {
         store.close("sess_a").wait().await;
         // A torn last line, as a kill mid-write leaves it.
         let log = dir.path().join("sessions/sess_a/log.jsonl");
-        let mut file = OpenOptions::new().append(true).open(&log).unwrap();
+        let mut file = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
         file.write_all(b"{\"lathe\":\"message\",\"mess").unwrap();
         drop(file);
 
@@ -1233,8 +1216,9 @@ mod tests {
         let data = dir.path().join("data");
         let old = data.join("sessions/sess_old");
         std::fs::create_dir_all(&old).unwrap();
-        std::fs::set_permissions(data.join("sessions"), std::fs::Permissions::from_mode(0o755)).unwrap();
         std::fs::write(old.join(LOG_FILE), b"").unwrap();
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(data.join("sessions"), std::fs::Permissions::from_mode(0o755)).unwrap();
         std::fs::set_permissions(old.join(LOG_FILE), std::fs::Permissions::from_mode(0o644)).unwrap();
 
         let store = Store::open(&data, Retention::default(), ignore()).unwrap();

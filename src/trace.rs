@@ -24,7 +24,6 @@
 //! semantics.
 
 use std::io::Write as _;
-use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::Path;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -113,7 +112,7 @@ impl Payload {
 /// lathe knows of ([`crate::redact::global`], as they are when each record
 /// is written) redacted. Once per process; a second call fails.
 pub fn install(path: &Path) -> std::io::Result<()> {
-    let file = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(path)?;
+    let file = crate::platform::private::open_append(path)?;
     let tracer = Tracer::start(Box::new(file), None, MAX_QUEUED, MAX_QUEUED_BYTES)?;
     TRACE.set(tracer).map_err(|_| std::io::Error::other("a trace is already being written"))
 }

@@ -113,10 +113,9 @@ where
 /// thread of its own with blocking writes: tokio's `Stdout` would send every
 /// write through its blocking pool, a thread hand-off each way per message.
 pub async fn serve_stdio(config: Config, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
-    use std::os::fd::AsFd as _;
-    // A handle on fd 1 of our own, so writes skip std's line buffering (the
+    // A handle on stdout of our own, so writes skip std's line buffering (the
     // writer batches and flushes itself).
-    let stdout = std::fs::File::from(std::io::stdout().as_fd().try_clone_to_owned()?);
+    let stdout = crate::platform::console::raw_stdout()?;
     let (outbox, writer) = Outbox::new();
     let (finished, writer_finished) = tokio::sync::oneshot::channel();
     std::thread::Builder::new().name("lathe-stdout".to_owned()).spawn(move || {

@@ -11,8 +11,10 @@
 //! paths      path text: lexical normalisation, showing a path relative to a cwd
 //! authority  the path authority: a path judged on its final target, touched
 //!            on the object judged (handle-relative opens, no link followed)
-//! stamp      a file's identity (the path authority's; the session index and
-//!            checkpoints next)
+//! stamp      a file's identity and change stamp (the session index, checkpoints)
+//! private    files and folders only the user may read (sessions, traces)
+//! files      room taken on disk (sparse files), advisory locks
+//! console    the front ends' plumbing: stdout's raw handle, interrupts
 //! ```
 //!
 //! Process trees, the command sandbox and the shell join in the next phase
@@ -20,5 +22,8 @@
 //! `sandbox.rs` and `tools/shell.rs`.
 
 pub mod authority;
+pub mod console;
+pub mod files;
 pub mod paths;
+pub mod private;
 pub mod stamp;

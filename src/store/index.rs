@@ -17,7 +17,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
@@ -25,6 +24,7 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 
 use super::{META_FILE, SessionMeta, valid_id};
+use crate::platform::stamp::FileStamp;
 use crate::sync::lock;
 
 /// The index file's name, in the data directory (beside `sessions/`, so
@@ -72,7 +72,10 @@ pub struct Stamp(i64, i64, u64, u64);
 
 impl Stamp {
     fn of(metadata: &std::fs::Metadata) -> Stamp {
-        Stamp(metadata.mtime(), metadata.mtime_nsec(), metadata.ino(), metadata.size())
+        let stamp = FileStamp::of(metadata);
+        let seconds = i64::try_from(stamp.modified_ns.div_euclid(1_000_000_000)).unwrap_or(i64::MAX);
+        let nanos = i64::try_from(stamp.modified_ns.rem_euclid(1_000_000_000)).unwrap_or(0);
+        Stamp(seconds, nanos, stamp.id.ino, stamp.len)
     }
 
     /// The stamp of `dir/meta.json` now, if it exists.

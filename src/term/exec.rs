@@ -151,20 +151,9 @@ fn read_stdin() -> std::io::Result<String> {
 /// The first interrupt cancels the turn; a second exits at once (the
 /// trampoline takes lathe's children down with it).
 pub(super) async fn cancel_on_signals(session: Arc<Session>) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut streams = Vec::new();
-    for kind in [SignalKind::interrupt(), SignalKind::terminate(), SignalKind::hangup()] {
-        match signal(kind) {
-            Ok(stream) => streams.push(stream),
-            Err(err) => tracing::warn!(%err, "cannot listen for a signal"),
-        }
-    }
-    if streams.is_empty() {
-        return;
-    }
+    let Some(mut interrupts) = crate::platform::console::Interrupts::listen() else { return };
     for count in 0.. {
-        let waits = streams.iter_mut().map(|s| Box::pin(async move { s.recv().await }));
-        futures_util::future::select_all(waits).await;
+        interrupts.next().await;
         if count == 0 {
             style::err_line(&Paint::stderr().yellow("cancelling… (Ctrl-C again to quit now)"));
             // The session's own token too: a turn not yet started (the
