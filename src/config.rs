@@ -794,7 +794,7 @@ pub const DEFAULT_OPENAI_MODEL: &str = "gpt-5.6";
 const MAX_RETRIES: u32 = 100;
 
 /// Where to look for the config file: `--config`, then `LATHE_CONFIG`, then
-/// `$XDG_CONFIG_HOME/lathe/config.toml` (`~/.config/lathe/config.toml`).
+/// `config.toml` in [`user_dir`] (`~/.config/lathe/config.toml` on Linux).
 /// Returns the path and whether it was named explicitly (an explicit path must exist).
 pub fn locate(cli_path: Option<&Path>, env: &dyn Fn(&str) -> Option<String>) -> Option<(PathBuf, bool)> {
     if let Some(path) = cli_path {
@@ -804,15 +804,6 @@ pub fn locate(cli_path: Option<&Path>, env: &dyn Fn(&str) -> Option<String>) -> 
         return Some((PathBuf::from(path), true));
     }
     Some((user_dir(env)?.join("config.toml"), false))
-}
-
-/// An XDG base directory: `$<variable>`, else `$HOME/<fallback>`; `None`
-/// when neither is set (empty counts as unset).
-pub fn xdg_home(env: &dyn Fn(&str) -> Option<String>, variable: &str, fallback: &str) -> Option<PathBuf> {
-    env(variable)
-        .filter(|p| !p.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| env("HOME").filter(|h| !h.is_empty()).map(|h| Path::new(&h).join(fallback)))
 }
 
 /// Whether `name` can be sent as an HTTP header name (RFC 9110's token).
@@ -1432,9 +1423,15 @@ fn mcp_server(
     Ok(McpServer { name, transport, sandbox: raw.sandbox.unwrap_or(false) })
 }
 
-/// lathe's own config directory: `$XDG_CONFIG_HOME/lathe`, else `~/.config/lathe`.
+/// lathe's own config directory, by the platform's convention
+/// ([`crate::platform::folders`]): `$XDG_CONFIG_HOME/lathe`, else
+/// `~/.config/lathe` on Linux and macOS; `%APPDATA%\lathe` on Windows.
+///
+/// The one import of config from the platform layer, which otherwise sits
+/// on config: `folders` imports nothing of lathe, so there is no circle;
+/// issue 26's next phase settles whether the folder is handed down instead.
 pub fn user_dir(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
-    Some(xdg_home(env, "XDG_CONFIG_HOME", ".config")?.join("lathe"))
+    crate::platform::folders::config_dir(env)
 }
 
 fn parse_toml(text: &str, path: &Path) -> Result<ConfigToml, ConfigError> {

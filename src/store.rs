@@ -258,8 +258,9 @@ impl Written {
     }
 }
 
-/// The data directory: `--data-dir`, else `LATHE_DATA_DIR`, else
-/// `$XDG_DATA_HOME/lathe` (`~/.local/share/lathe`).
+/// The data directory: `--data-dir`, else `LATHE_DATA_DIR`, else the
+/// platform's (`$XDG_DATA_HOME/lathe`, `~/.local/share/lathe` on Linux; see
+/// `platform::folders`).
 pub fn default_data_dir(cli: Option<&Path>, env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
     if let Some(path) = cli {
         return Some(path.to_path_buf());
@@ -267,7 +268,7 @@ pub fn default_data_dir(cli: Option<&Path>, env: &dyn Fn(&str) -> Option<String>
     if let Some(path) = env("LATHE_DATA_DIR").filter(|p| !p.is_empty()) {
         return Some(PathBuf::from(path));
     }
-    Some(crate::config::xdg_home(env, "XDG_DATA_HOME", ".local/share")?.join("lathe"))
+    crate::platform::folders::data_dir(env)
 }
 
 /// Now, as RFC 3339 with second precision.

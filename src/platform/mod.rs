@@ -15,6 +15,7 @@
 //! private    files and folders only the user may read (sessions, traces)
 //! files      room taken on disk (sparse files), advisory locks
 //! console    the front ends' plumbing: stdout's raw handle, interrupts
+//! folders    the config and data folders by the platform's convention
 //! ```
 //!
 //! Process trees, the command sandbox and the shell join in the next phase
@@ -24,6 +25,7 @@
 pub mod authority;
 pub mod console;
 pub mod files;
+pub mod folders;
 pub mod paths;
 pub mod private;
 pub mod stamp;

@@ -1,0 +1,90 @@
+//! lathe's config and data folders, by each platform's convention.
+//!
+//! | | config | data (sessions, history, checkpoints) |
+//! | --- | --- | --- |
+//! | Linux, macOS, other Unix | `$XDG_CONFIG_HOME/lathe`, else `~/.config/lathe` | `$XDG_DATA_HOME/lathe`, else `~/.local/share/lathe` |
+//! | Windows | `%APPDATA%\lathe` (Roaming: settings follow the user) | `%LOCALAPPDATA%\lathe` (Local: sessions are large and belong to the machine) |
+//!
+//! macOS keeps the XDG folders (what command-line tools started from an
+//! editor use, and what lathe always used there). Windows asks for the Known
+//! Folders (`SHGetKnownFolderPath`, through the `dirs` crate), not the
+//! environment. `--config`/`LATHE_CONFIG` and `--data-dir`/`LATHE_DATA_DIR`
+//! win everywhere; the callers apply them.
+//!
+//! This module imports nothing of lathe: `config::user_dir` and
+//! `store::default_data_dir` ask it.
+
+use std::path::PathBuf;
+
+/// lathe's config folder (user-level `AGENTS.md`, slash commands, the
+/// default `config.toml`); `None` when the system names none. `env` reads
+/// an environment variable.
+pub fn config_dir(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
+    Some(sys::config_home(env)?.join("lathe"))
+}
+
+/// lathe's data folder (sessions, history, checkpoints) by convention;
+/// `None` when the system names none.
+pub fn data_dir(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
+    Some(sys::data_home(env)?.join("lathe"))
+}
+
+#[cfg(unix)]
+mod sys {
+    use std::path::{Path, PathBuf};
+
+    /// An XDG base directory: `$<variable>`, else `$HOME/<fallback>`; `None`
+    /// when neither is set (empty counts as unset).
+    fn xdg_home(env: &dyn Fn(&str) -> Option<String>, variable: &str, fallback: &str) -> Option<PathBuf> {
+        env(variable)
+            .filter(|p| !p.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| env("HOME").filter(|h| !h.is_empty()).map(|h| Path::new(&h).join(fallback)))
+    }
+
+    pub(super) fn config_home(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
+        xdg_home(env, "XDG_CONFIG_HOME", ".config")
+    }
+
+    pub(super) fn data_home(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
+        xdg_home(env, "XDG_DATA_HOME", ".local/share")
+    }
+}
+
+#[cfg(windows)]
+mod sys {
+    use std::path::PathBuf;
+
+    pub(super) fn config_home(_env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
+        dirs::config_dir()
+    }
+
+    pub(super) fn data_home(_env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
+        dirs::data_local_dir()
+    }
+}
+
+#[cfg(test)]
+#[cfg(unix)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+
+    #[test]
+    fn the_xdg_folders_or_their_defaults() {
+        let home_only = |name: &str| (name == "HOME").then(|| "/home/u".to_owned());
+        assert_eq!(config_dir(&home_only), Some(PathBuf::from("/home/u/.config/lathe")));
+        assert_eq!(data_dir(&home_only), Some(PathBuf::from("/home/u/.local/share/lathe")));
+        let xdg = |name: &str| match name {
+            "XDG_CONFIG_HOME" => Some("/xc".to_owned()),
+            "XDG_DATA_HOME" => Some("/xd".to_owned()),
+            "HOME" => Some("/home/u".to_owned()),
+            _ => None,
+        };
+        assert_eq!(config_dir(&xdg), Some(PathBuf::from("/xc/lathe")));
+        assert_eq!(data_dir(&xdg), Some(PathBuf::from("/xd/lathe")));
+        let empty = |name: &str| (name == "XDG_DATA_HOME" || name == "HOME").then(String::new);
+        assert_eq!(data_dir(&empty), None, "empty counts as unset");
+    }
+}
