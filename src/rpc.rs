@@ -709,10 +709,7 @@ mod tests {
     #[tokio::test]
     async fn a_request_that_cannot_be_encoded_fails_at_once() {
         let (outbox, _writer) = Outbox::new();
-        let path = {
-            use std::os::unix::ffi::OsStrExt;
-            std::path::PathBuf::from(std::ffi::OsStr::from_bytes(b"/tmp/\xff"))
-        };
+        let path = crate::platform::testing::non_unicode_path();
         #[derive(Serialize)]
         struct Params {
             path: std::path::PathBuf,

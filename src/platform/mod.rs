@@ -16,6 +16,7 @@
 //! files      room taken on disk (sparse files), advisory locks
 //! console    the front ends' plumbing: stdout's raw handle, interrupts
 //! folders    the config and data folders by the platform's convention
+//! testing    (tests only) links, FIFOs, modes where the system has them, else skipped
 //! ```
 //!
 //! Process trees, the command sandbox and the shell join in the next phase
@@ -29,3 +30,5 @@ pub mod folders;
 pub mod paths;
 pub mod private;
 pub mod stamp;
+#[cfg(test)]
+pub mod testing;

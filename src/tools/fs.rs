@@ -1035,12 +1035,13 @@ mod tests {
         assert!(dir.for_model.contains("list_directory"), "{}", dir.for_model);
     }
 
-    #[cfg(unix)]
     #[tokio::test]
     async fn read_refuses_a_fifo_without_hanging() {
         let fx = Fixture::new();
         let fifo = fx.cwd().join("pipe");
-        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        if !crate::platform::testing::fifo(&fifo) {
+            return;
+        }
         let out = tokio::time::timeout(Duration::from_secs(5), fx.read(json!({"path": "pipe"}))).await.unwrap();
         assert_eq!(out.status, OutcomeStatus::Failed);
         assert!(out.for_model.contains("not a regular file"), "{}", out.for_model);
@@ -1104,21 +1105,22 @@ mod tests {
         assert!(dir.for_model.contains("is a directory"), "{}", dir.for_model);
     }
 
-    #[cfg(unix)]
     #[tokio::test]
     async fn write_keeps_permissions_and_leaves_no_temporary_files() {
-        use std::os::unix::fs::PermissionsExt;
+        use crate::platform::testing;
         let fx = Fixture::new();
         let path = fx.file("conf/secret.toml", "a = 1\n");
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+        if !testing::set_mode(&path, 0o640) {
+            return;
+        }
         fx.read(json!({"path": "conf/secret.toml"})).await;
         let out = fx.write(json!({"path": "conf/secret.toml", "content": "a = 2\n"})).await;
         assert_eq!(out.status, OutcomeStatus::Completed, "{}", out.for_model);
         assert_eq!(fx.content("conf/secret.toml"), "a = 2\n");
-        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777, 0o640);
+        assert_eq!(testing::mode(&path), Some(0o640));
         let out = fx.edit(json!({"path": "conf/secret.toml", "old_string": "2", "new_string": "3"})).await;
         assert_eq!(out.status, OutcomeStatus::Completed, "{}", out.for_model);
-        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777, 0o640, "edits keep it too");
+        assert_eq!(testing::mode(&path), Some(0o640), "edits keep it too");
         let names: Vec<_> = std::fs::read_dir(fx.cwd().join("conf")).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names, vec![std::ffi::OsString::from("secret.toml")]);
     }
@@ -1564,11 +1566,14 @@ mod tests {
         }
     }
 
-    #[cfg(unix)]
     #[tokio::test]
     async fn devices_are_refused_whoever_serves_reads() {
         let fx = Fixture::new();
-        std::os::unix::fs::symlink("/dev/zero", fx.cwd().join("zeros")).unwrap();
+        if !(crate::platform::testing::devices()
+            && crate::platform::testing::symlink("/dev/zero", fx.cwd().join("zeros")))
+        {
+            return;
+        }
         let ctx = ToolContext { host: &HangingHost, ..fx.ctx() };
         fn args<T: serde::de::DeserializeOwned>(value: Value) -> T {
             serde_json::from_value(value).unwrap()
