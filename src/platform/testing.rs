@@ -69,9 +69,10 @@ mod sys {
         std::os::unix::fs::symlink(original, link)
     }
 
+    /// Through the `mkfifo` program: rustix has no `mknodat` on macOS.
     pub(super) fn fifo(path: &Path) -> std::io::Result<()> {
-        use rustix::fs::{FileType, Mode};
-        rustix::fs::mknodat(rustix::fs::CWD, path, FileType::Fifo, Mode::RUSR | Mode::WUSR, 0).map_err(Into::into)
+        let status = std::process::Command::new("mkfifo").arg(path).status()?;
+        if status.success() { Ok(()) } else { Err(std::io::Error::other(format!("mkfifo failed: {status}"))) }
     }
 
     pub(super) fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {

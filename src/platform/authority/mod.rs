@@ -693,5 +693,7 @@ pub fn read_workspace_file(path: &Path, area: Area<'_>, cap: u64) -> Result<Opti
 }
 
 #[cfg(test)]
+mod portable_tests;
+#[cfg(test)]
 #[cfg(unix)]
 mod tests;
