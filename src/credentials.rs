@@ -133,11 +133,7 @@ pub fn write_private(path: &Path, contents: &[u8], replace: Replace) -> std::io:
         None => PathBuf::from("."),
     };
     if !parent.exists() {
-        let mut builder = std::fs::DirBuilder::new();
-        builder.recursive(true);
-        #[cfg(unix)]
-        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-        builder.create(&parent)?;
+        crate::platform::private::create_dir(&parent)?;
     }
     // tempfile creates the file 0600 on Unix.
     let mut file = tempfile::Builder::new().prefix(".lathe-").suffix(".tmp").tempfile_in(&parent)?;
@@ -151,17 +147,9 @@ pub fn write_private(path: &Path, contents: &[u8], replace: Replace) -> std::io:
 
 /// A credentials file others can read is worth a line in the log.
 fn warn_if_shared(path: &Path) {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt as _;
-        if let Ok(meta) = std::fs::metadata(path)
-            && meta.permissions().mode() & 0o077 != 0
-        {
-            tracing::warn!(file = %path.display(), "lathe's credentials file can be read by others; it should be mode 0600");
-        }
+    if crate::platform::private::readable_by_others(path) {
+        tracing::warn!(file = %path.display(), "lathe's credentials file can be read by others; it should be mode 0600");
     }
-    #[cfg(not(unix))]
-    let _ = path;
 }
 
 #[cfg(test)]
@@ -180,11 +168,9 @@ mod tests {
         assert_eq!(keys["deepseek"].expose(), "sk-two");
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.starts_with("# API keys that `lathe setup` stored"), "{text}");
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt as _;
-            assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
-            assert_eq!(std::fs::metadata(&user_dir).unwrap().permissions().mode() & 0o777, 0o700);
+        if let Some(mode) = crate::platform::testing::mode(&path) {
+            assert_eq!(mode & 0o777, 0o600);
+            assert_eq!(crate::platform::testing::mode(&user_dir).map(|mode| mode & 0o777), Some(0o700));
         }
         // Nothing but the file is left in the directory (no temporary files).
         assert_eq!(std::fs::read_dir(&user_dir).unwrap().count(), 1);

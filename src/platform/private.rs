@@ -25,6 +25,12 @@ pub fn make_private(path: &Path) -> std::io::Result<()> {
     sys::make_private(path)
 }
 
+/// Whether others than the user may read `path` (Unix: any group or other
+/// permission bit; Windows: never said, see the module docs).
+pub fn readable_by_others(path: &Path) -> bool {
+    sys::readable_by_others(path)
+}
+
 /// Opens `path` for reading and appending, creating it private; an existing
 /// file others could read (an older lathe's) is made private.
 pub fn open_append(path: &Path) -> std::io::Result<File> {
@@ -66,6 +72,10 @@ mod sys {
         Ok(())
     }
 
+    pub(super) fn readable_by_others(path: &Path) -> bool {
+        std::fs::metadata(path).is_ok_and(|metadata| metadata.permissions().mode() & 0o077 != 0)
+    }
+
     pub(super) fn make_file_private(file: &File) -> std::io::Result<()> {
         if file.metadata()?.permissions().mode() & 0o077 != 0 {
             file.set_permissions(std::fs::Permissions::from_mode(PRIVATE_FILE))?;
@@ -96,6 +106,10 @@ mod sys {
 
     pub(super) fn make_private(_path: &Path) -> std::io::Result<()> {
         Ok(())
+    }
+
+    pub(super) fn readable_by_others(_path: &Path) -> bool {
+        false
     }
 
     pub(super) fn make_file_private(_file: &File) -> std::io::Result<()> {
@@ -147,8 +161,10 @@ mod tests {
             assert_eq!(mode(&folder), 0o700);
             assert_eq!(mode(&dir.path().join("a")), 0o700);
             assert_eq!(mode(&path), 0o600);
+            assert!(!readable_by_others(&path));
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
             std::fs::set_permissions(&folder, std::fs::Permissions::from_mode(0o755)).unwrap();
+            assert!(readable_by_others(&path));
             drop(open_append(&path).unwrap());
             make_private(&folder).unwrap();
             assert_eq!((mode(&folder), mode(&path)), (0o700, 0o600), "made private when found open");
