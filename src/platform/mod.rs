@@ -15,6 +15,7 @@
 //! private    files and folders only the user may read (sessions, traces)
 //! files      room taken on disk (sparse files), advisory locks
 //! console    the front ends' plumbing: stdout's raw handle, interrupts
+//! cpu        the CPU time a thread has used (the fetch tool's conversion budget)
 //! folders    the config and data folders by the platform's convention
 //! testing    (tests only) links, FIFOs, modes where the system has them, else skipped
 //! ```
@@ -25,6 +26,7 @@
 
 pub mod authority;
 pub mod console;
+pub mod cpu;
 pub mod files;
 pub mod folders;
 pub mod paths;

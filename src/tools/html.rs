@@ -176,10 +176,9 @@ impl Budget {
     }
 }
 
-/// The CPU time this thread has used.
+/// The CPU time this thread has used (see [`crate::platform::cpu`]).
 fn thread_cpu() -> Duration {
-    let now = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
-    Duration::new(u64::try_from(now.tv_sec).unwrap_or(0), u32::try_from(now.tv_nsec).unwrap_or(0))
+    crate::platform::cpu::thread_cpu()
 }
 
 /// A converted page.
