@@ -23,7 +23,7 @@
 //! ```
 //!
 //! Project agent files are untrusted workspace input, read through the one
-//! reader for workspace files ([`fs_guard::read_workspace_file`]): regular
+//! reader for workspace files ([`authority::read_workspace_file`]): regular
 //! files only (a FIFO is skipped, never opened for a blocking read), leading
 //! inside the project, at most [`MAX_AGENT_BYTES`]; a file that is skipped is
 //! named in a warning in the log. A project agent wins over a user agent of
@@ -34,8 +34,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::fs_guard::{self, Area};
 use crate::model::ModelClient;
+use crate::platform::authority::{self, Area};
 use crate::tools::Tool;
 
 /// Largest agent file read; a system prompt has no use for more.
@@ -214,7 +214,7 @@ fn agent_files(dir: &Path, area: Area<'_>) -> Vec<AgentSpec> {
         .into_iter()
         .filter_map(|path| {
             let stem = path.file_stem()?.to_str()?.to_owned();
-            let text = match fs_guard::read_workspace_file(&path, area, MAX_AGENT_BYTES) {
+            let text = match authority::read_workspace_file(&path, area, MAX_AGENT_BYTES) {
                 Ok(Some(read)) if read.omitted == 0 => read.text,
                 Ok(Some(_)) => {
                     tracing::warn!(path = %path.display(), limit = MAX_AGENT_BYTES, "skipping an agent file over the size limit");
