@@ -407,7 +407,12 @@ async fn a_session_from_exec_loads_in_an_editor_and_an_editors_session_resumes_i
     let (_, response) = agent.response(id).await;
     assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
     assert_eq!(user_texts(&term.mock, 1), ["first question", "second question"]);
-    drop(agent);
+    // The editor closes lathe's input and lathe ends, its journal written
+    // (dropping the process killed it, and under load exec could then find
+    // the second turn not yet on disk).
+    agent.close_stdin();
+    let exit = agent.wait_exit(std::time::Duration::from_secs(30)).await.expect("lathe ends on EOF");
+    assert!(exit.success(), "{exit:?}");
 
     // And exec resumes the editor's session (--resume ID), and the last one here (--continue).
     term.mock.push(text_reply("Third."));
