@@ -39,12 +39,18 @@
 //! # Sandbox
 //!
 //! A process started sandboxed gets the session's [`SandboxPolicy`] as
-//! trampoline arguments (`--sandbox --write <path>... [--no-network]`); the
-//! trampoline restricts itself with Landlock (see `crate::sandbox`) before it
-//! starts the program, and refuses to start it when nothing could be
-//! enforced. The restriction is inherited by the program and everything it
-//! starts. A sandboxed process is never started another way: when the
-//! trampoline is unknown or cannot be started, the start fails.
+//! trampoline arguments (`--sandbox --root <path>... --write <path>...
+//! --home <path> [--deny-read <path>...] [--no-network] [--without
+//! <part>...]`); the trampoline puts the sandbox on itself (a mount
+//! namespace, Landlock, a seccomp filter: see `crate::sandbox`) before it
+//! starts the program, and refuses to start it when a part it was not told
+//! to leave out cannot be put on, or when Landlock enforces nothing. The
+//! restriction is inherited by the program and everything it starts. A
+//! sandboxed process is never started another way: when the trampoline is
+//! unknown or cannot be started, the start fails.
+//!
+//! `lathe sandbox-exec --probe` tries every part of the sandbox on itself
+//! and prints what held (see `crate::sandbox::probe`).
 //!
 //! Commands in an editor terminal go through the same trampoline without
 //! `--parent`: it removes the secrets from the editor's environment and
@@ -83,7 +89,7 @@ use globset::{Glob, GlobSet, GlobSetBuilder};
 use tokio::process::{Child, Command};
 
 use crate::config::{ChildSettings, SandboxSettings};
-use crate::sandbox::{Confinement, Enforcement, SandboxPolicy, SessionSandbox};
+use crate::sandbox::{Confinement, SandboxPart, SandboxPolicy, SessionSandbox};
 
 /// The hidden subcommand of the `lathe` binary that runs [`sandbox_exec`].
 pub const TRAMPOLINE_SUBCOMMAND: &str = "sandbox-exec";
@@ -181,7 +187,7 @@ impl Launcher {
     /// with the session's sandbox (see `crate::sandbox`).
     pub fn for_session(children: &ChildSettings, sandbox: &SandboxSettings, roots: &[PathBuf]) -> Launcher {
         let mut launcher = Launcher::new(children);
-        launcher.sandbox = Some(SessionSandbox::new(sandbox, roots, launcher.supervisor.is_some()));
+        launcher.sandbox = Some(SessionSandbox::new(sandbox, roots, launcher.supervisor.as_deref()));
         launcher
     }
 
@@ -193,6 +199,11 @@ impl Launcher {
     /// How the session's commands relate to the sandbox.
     pub fn confinement(&self) -> Confinement {
         self.sandbox.as_ref().map_or(Confinement::Off, SessionSandbox::confinement)
+    }
+
+    /// What sandboxed commands may not read (nothing without a session sandbox).
+    pub fn read_denials(&self) -> crate::sandbox::ReadDenials {
+        self.sandbox.as_ref().map(|sandbox| sandbox.read_denials().clone()).unwrap_or_default()
     }
 
     /// The policy a sandboxed start uses, with the trampoline that applies it.
@@ -339,19 +350,39 @@ pub struct SandboxExecArgs {
     /// A glob of variables `--remove` leaves alone.
     #[arg(long = "keep", value_name = "GLOB")]
     pub keep: Vec<String>,
-    /// Restrict this process and the command with Landlock first: writes
-    /// only beneath the `--write` paths; refuse to run when nothing can be
-    /// enforced.
+    /// Put the sandbox on this process and the command first (see
+    /// `crate::sandbox`); refuse to run when it cannot be put on.
     #[arg(long)]
     pub sandbox: bool,
+    /// A session root: the sandboxed command may read and write beneath
+    /// it, but not its git hooks, config and info, nor `.lathe/`.
+    #[arg(long = "root", value_name = "PATH", requires = "sandbox")]
+    pub roots: Vec<PathBuf>,
     /// A path the sandboxed command may write beneath.
     #[arg(long = "write", value_name = "PATH", requires = "sandbox")]
     pub writable: Vec<PathBuf>,
-    /// Deny the sandboxed command TCP connect and bind.
+    /// The home directory whose credentials the sandboxed command may not read.
+    #[arg(long, value_name = "PATH", requires = "sandbox")]
+    pub home: Option<PathBuf>,
+    /// One more path the sandboxed command may not read.
+    #[arg(long = "deny-read", value_name = "PATH", requires = "sandbox")]
+    pub deny_read: Vec<PathBuf>,
+    /// No network for the sandboxed command: no socket but a Unix one.
     #[arg(long = "no-network", requires = "sandbox")]
     pub no_network: bool,
+    /// A part of the sandbox to leave out (this machine lacks it).
+    #[arg(long = "without", value_name = "PART", requires = "sandbox")]
+    pub without: Vec<SandboxPart>,
+    /// The abstract socket to hand the mount namespace to, so that this
+    /// process's exit does not wait for its teardown (see `crate::sandbox`).
+    #[arg(long = "ns-keeper", value_name = "NAME", requires = "sandbox")]
+    pub ns_keeper: Option<String>,
+    /// Try every part of the sandbox on this process, print what held (one
+    /// line of JSON) and exit.
+    #[arg(long, conflicts_with = "sandbox")]
+    pub probe: bool,
     /// The program and its arguments, after `--`.
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    #[arg(last = true, required_unless_present = "probe", value_name = "COMMAND")]
     pub command: Vec<OsString>,
 }
 
@@ -388,13 +419,15 @@ pub fn sandbox_exec(args: SandboxExecArgs) -> Result<ExitCode, TrampolineError> 
     };
     let start_error = |source| TrampolineError::Start { program: program.to_string_lossy().into_owned(), source };
     if args.sandbox {
-        // Before any thread is started: Landlock restricts the calling
-        // thread, and what it starts from then on.
-        let policy = SandboxPolicy::new(args.writable.clone(), !args.no_network);
-        let status = crate::sandbox::restrict_self(&policy).map_err(|err| TrampolineError::Sandbox(err.to_string()))?;
-        if status.enforcement == Enforcement::None {
-            return Err(TrampolineError::Sandbox(status.detail));
-        }
+        // Before any thread is started: a mount namespace can only be
+        // entered by a single-threaded process, and Landlock and seccomp
+        // restrict the calling thread and what it starts from then on.
+        let policy = SandboxPolicy::new(args.writable.clone(), !args.no_network)
+            .with_roots(args.roots.clone())
+            .denying_reads(args.home.clone(), args.deny_read.clone())
+            .without(&args.without)
+            .kept_by(args.ns_keeper.clone());
+        crate::sandbox::apply(&policy).map_err(|err| TrampolineError::Sandbox(err.to_string()))?;
     }
     match args.parent {
         None => {
@@ -410,6 +443,13 @@ pub fn sandbox_exec(args: SandboxExecArgs) -> Result<ExitCode, TrampolineError> 
             supervise::run(&args.command, env, parent, start_error)
         }
     }
+}
+
+/// `lathe sandbox-exec --probe`: what each part of the sandbox does on this
+/// machine, as the one line of JSON `crate::sandbox::probe` reads. The
+/// process must have a single thread, and exit afterwards.
+pub fn sandbox_probe() -> String {
+    serde_json::to_string(&crate::sandbox::probe_here()).unwrap_or_default()
 }
 
 /// Replaces this process by `command`; returns only if it could not.

@@ -91,9 +91,10 @@ impl fmt::Debug for ConfigOrigin {
     }
 }
 
-/// Environment variable that, set to `1`, makes lathe act as if the sandbox
-/// were unavailable on this machine. For tests of the fallback; documented
-/// in the README.
+/// Environment variable that makes lathe act as if the sandbox were
+/// unavailable on this machine (`1`), or some of its parts (`landlock`,
+/// `seccomp`, `namespaces`, comma-separated). For tests of the fallbacks;
+/// documented in the README.
 pub const SANDBOX_UNAVAILABLE_ENV: &str = "LATHE_SANDBOX_UNAVAILABLE";
 
 /// Whether lathe sandboxes the commands it runs (`[sandbox] mode`).
@@ -126,18 +127,44 @@ impl SandboxMode {
 pub struct SandboxSettings {
     /// Whether to sandbox at all.
     pub mode: SandboxMode,
-    /// Whether sandboxed commands may open TCP connections and listen.
+    /// Whether sandboxed commands have the network (TCP, UDP, DNS, any
+    /// socket but a Unix one). Off unless the config turns it on.
     pub network: bool,
     /// Paths writable besides the session roots and the temp directory,
     /// absolute (`~/` expanded at load).
     pub writable: Vec<PathBuf>,
-    /// Act as if the sandbox were unavailable ([`SANDBOX_UNAVAILABLE_ENV`]).
-    pub force_unavailable: bool,
+    /// The temp directory sandboxed commands may write: `$TMPDIR` as the
+    /// config was loaded with, else `/tmp`.
+    pub temp_dir: PathBuf,
+    /// The home directory whose credentials sandboxed commands cannot read
+    /// (see `crate::sandbox::secrets`); `None` when `HOME` is not set.
+    pub home: Option<PathBuf>,
+    /// More paths sandboxed commands cannot read, absolute: `[sandbox]
+    /// deny_read`, lathe's own config and data folders, the config file.
+    pub deny_read: Vec<PathBuf>,
+    /// The value of [`SANDBOX_UNAVAILABLE_ENV`], when set: act as if the
+    /// parts it names were missing (see [`SandboxSettings::forced_off`]).
+    pub force_unavailable: Option<String>,
 }
 
 impl Default for SandboxSettings {
     fn default() -> Self {
-        Self { mode: SandboxMode::Auto, network: true, writable: Vec::new(), force_unavailable: false }
+        Self {
+            mode: SandboxMode::Auto,
+            network: false,
+            writable: Vec::new(),
+            temp_dir: PathBuf::from("/tmp"),
+            home: None,
+            deny_read: Vec::new(),
+            force_unavailable: None,
+        }
+    }
+}
+
+impl SandboxSettings {
+    /// The parts of the sandbox lathe acts as if it lacked ([`SANDBOX_UNAVAILABLE_ENV`]).
+    pub fn forced_off(&self) -> Vec<crate::sandbox::SandboxPart> {
+        self.force_unavailable.as_deref().map(crate::sandbox::SandboxPart::forced_off).unwrap_or_default()
     }
 }
 
@@ -666,6 +693,8 @@ struct SandboxToml {
     network: Option<bool>,
     #[serde(default)]
     writable: Vec<String>,
+    #[serde(default)]
+    deny_read: Vec<String>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -881,7 +910,7 @@ impl Config {
             user_dir: user_dir(env),
             data_dir: None,
             children: ChildSettings { secret_vars: vec![OPENAI_KEY_ENV.to_owned()], ..ChildSettings::default() },
-            sandbox: SandboxSettings { force_unavailable: sandbox_forced_off(env), ..SandboxSettings::default() },
+            sandbox: default_sandbox(env),
             local_servers: Vec::new(),
             origin: None,
         }
@@ -933,7 +962,7 @@ impl Config {
             user_dir: user_dir(env),
             data_dir: None,
             children,
-            sandbox: sandbox_settings(&raw.sandbox, env).map_err(invalid)?,
+            sandbox: sandbox_settings(&raw.sandbox, path, env).map_err(invalid)?,
             local_servers: Vec::new(),
             origin: None,
         })
@@ -1308,40 +1337,56 @@ fn child_settings(
     Ok(ChildSettings { supervisor: None, secret_vars, remove_env: raw.remove.clone(), keep_env: raw.keep.clone() })
 }
 
-/// Whether the environment asks lathe to act as if it had no sandbox.
-fn sandbox_forced_off(env: &dyn Fn(&str) -> Option<String>) -> bool {
-    env(SANDBOX_UNAVAILABLE_ENV).is_some_and(|value| value == "1")
+/// The sandbox settings without a config file: the defaults, with the
+/// environment's temp and home directories, lathe's own folders unreadable.
+fn default_sandbox(env: &dyn Fn(&str) -> Option<String>) -> SandboxSettings {
+    let set = |name: &str| env(name).filter(|value| !value.is_empty());
+    SandboxSettings {
+        temp_dir: set("TMPDIR").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from),
+        home: set("HOME").map(PathBuf::from).filter(|home| home.is_absolute()),
+        deny_read: user_dir(env).into_iter().chain(crate::store::default_data_dir(None, env)).collect(),
+        force_unavailable: env(SANDBOX_UNAVAILABLE_ENV),
+        ..SandboxSettings::default()
+    }
 }
 
-/// `[sandbox]` checked: each writable path absolute or under `~/`.
+/// `[sandbox]` checked: each writable and denied path absolute or under
+/// `~/`. The config file at `path` is unreadable to sandboxed commands too.
 fn sandbox_settings(
     raw: &SandboxToml,
+    path: &Path,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<SandboxSettings, (String, String)> {
     let home = env("HOME").filter(|home| !home.is_empty()).map(PathBuf::from);
-    let mut writable = Vec::new();
-    for path in &raw.writable {
-        let expanded = match (path.strip_prefix("~/").or_else(|| (path == "~").then_some("")), &home) {
-            (Some(rest), Some(home)) => home.join(rest),
-            (Some(_), None) => {
-                return Err(("sandbox.writable".to_owned(), format!("\"{path}\" starts with ~ but HOME is not set")));
+    let expand = |key: &str, paths: &[String]| -> Result<Vec<PathBuf>, (String, String)> {
+        let mut expanded = Vec::new();
+        for path in paths {
+            let full = match (path.strip_prefix("~/").or_else(|| (path == "~").then_some("")), &home) {
+                (Some(rest), Some(home)) => home.join(rest),
+                (Some(_), None) => {
+                    return Err((key.to_owned(), format!("\"{path}\" starts with ~ but HOME is not set")));
+                }
+                (None, _) => PathBuf::from(path),
+            };
+            if !full.is_absolute() {
+                return Err((key.to_owned(), format!("\"{path}\" is not an absolute path (start it with / or ~/)")));
             }
-            (None, _) => PathBuf::from(path),
-        };
-        if !expanded.is_absolute() {
-            return Err((
-                "sandbox.writable".to_owned(),
-                format!("\"{path}\" is not an absolute path (start it with / or ~/)"),
-            ));
+            expanded.push(full);
         }
-        writable.push(expanded);
+        Ok(expanded)
+    };
+    let defaults = default_sandbox(env);
+    let mut deny_read = expand("sandbox.deny_read", &raw.deny_read)?;
+    deny_read.extend(defaults.deny_read.iter().cloned());
+    if path.is_absolute() {
+        deny_read.push(path.to_path_buf());
     }
-    let defaults = SandboxSettings::default();
     Ok(SandboxSettings {
         mode: raw.mode.unwrap_or(defaults.mode),
         network: raw.network.unwrap_or(defaults.network),
-        writable,
-        force_unavailable: sandbox_forced_off(env),
+        writable: expand("sandbox.writable", &raw.writable)?,
+        deny_read,
+        ..defaults
     })
 }
 
@@ -1518,7 +1563,42 @@ mod tests {
         assert!(relative.unwrap_err().to_string().contains("is not an absolute path"));
         let homeless = parse(&format!("{model}[sandbox]\nwritable = [\"~/x\"]\n")).unwrap_err().to_string();
         assert!(homeless.contains("HOME is not set"), "{homeless}");
-        assert_eq!(parse(model).unwrap().sandbox, SandboxSettings::default());
+        let defaults = parse(model).unwrap().sandbox;
+        assert_eq!((defaults.mode, defaults.network), (SandboxMode::Auto, false), "the network is off by default");
+    }
+
+    /// Issue 25: what sandboxed commands may not read beyond the home's
+    /// credentials: `deny_read` (`~/` expanded), lathe's own config and data
+    /// folders (where the environment puts them) and the config file itself;
+    /// the temp directory and the test switch come from the environment.
+    #[test]
+    fn sandbox_reads_denied_and_the_environment() {
+        let env = |name: &str| match name {
+            "HOME" => Some("/home/u".to_owned()),
+            "XDG_CONFIG_HOME" => Some("/xdg/config".to_owned()),
+            "LATHE_DATA_DIR" => Some("/data/lathe".to_owned()),
+            "TMPDIR" => Some("/scratch".to_owned()),
+            "LATHE_SANDBOX_UNAVAILABLE" => Some("seccomp".to_owned()),
+            _ => None,
+        };
+        let text = "[models.m]\nbase_url = \"http://x/v1\"\nmodel = \"a\"\n\
+                    [sandbox]\nnetwork = true\ndeny_read = [\"~/work/keys\", \"/srv/secret\"]\n";
+        let config = Config::from_toml_str(text, Path::new("/etc/lathe.toml"), &env).unwrap();
+        let sandbox = &config.sandbox;
+        assert!(sandbox.network);
+        let expected = ["/home/u/work/keys", "/srv/secret", "/xdg/config/lathe", "/data/lathe", "/etc/lathe.toml"];
+        assert_eq!(sandbox.deny_read, expected.map(PathBuf::from));
+        assert_eq!(sandbox.home.as_deref(), Some(Path::new("/home/u")));
+        assert_eq!(sandbox.temp_dir, PathBuf::from("/scratch"));
+        assert_eq!(sandbox.forced_off(), [crate::sandbox::SandboxPart::Seccomp]);
+        let relative = Config::from_toml_str(
+            "[models.m]\nbase_url = \"http://x/v1\"\nmodel = \"a\"\n[sandbox]\ndeny_read = [\"keys\"]\n",
+            Path::new("/c.toml"),
+            &env,
+        );
+        assert!(relative.unwrap_err().to_string().contains("sandbox.deny_read"));
+        let unconfigured = Config::from_env(&env).sandbox;
+        assert_eq!(unconfigured.deny_read, ["/xdg/config/lathe", "/data/lathe"].map(PathBuf::from));
     }
 
     #[test]

@@ -539,14 +539,18 @@ async fn check_mcp(report: &mut Report, config: &Config) {
 
 fn check_sandbox(report: &mut Report, config: &Config) {
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
-    let trampoline = config.children.supervisor.is_some();
+    let trampoline = config.children.supervisor.as_deref();
     let sandbox = crate::sandbox::SessionSandbox::new(&config.sandbox, std::slice::from_ref(&cwd), trampoline);
     let status = sandbox.status();
     let mode = config.sandbox.mode;
+    // What a command in it may do, as the model is told.
+    let rules = sandbox.policy().map(|policy| format!("; in it {}", policy.describe())).unwrap_or_default();
     let (level, what) = match (mode, status.enforcement) {
         (SandboxMode::Off, _) => (Status::Ok, "off ([sandbox] mode = \"off\"): commands run unconfined".to_owned()),
-        (_, Enforcement::Full) => (Status::Ok, format!("fully enforced ({})", status.detail)),
-        (SandboxMode::Auto, Enforcement::Partial) => (Status::Warn, format!("partly enforced ({})", status.detail)),
+        (_, Enforcement::Full) => (Status::Ok, format!("fully enforced ({}){rules}", status.detail)),
+        (SandboxMode::Auto, Enforcement::Partial) => {
+            (Status::Warn, format!("partly enforced ({}); in auto mode every command asks first{rules}", status.detail))
+        }
         (SandboxMode::Auto, Enforcement::None) => {
             (Status::Warn, format!("not enforced ({}); in auto mode every command asks first", status.detail))
         }

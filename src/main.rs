@@ -2,7 +2,7 @@
 //! file), load the configuration, and serve ACP on stdio until the editor
 //! closes stdin or a signal arrives. `anyhow` lives here and nowhere else.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write as _};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -93,6 +93,12 @@ fn main() -> ExitCode {
     let command = cli.command.take();
     if let Some(Command::SandboxExec(args)) = command {
         // Nothing else of lathe runs here: no logging, no config, no runtime.
+        if args.probe {
+            return match writeln!(std::io::stdout(), "{}", lathe::child::sandbox_probe()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(_) => ExitCode::FAILURE,
+            };
+        }
         return match lathe::child::sandbox_exec(args) {
             Ok(code) => code,
             Err(err) => {
@@ -202,6 +208,7 @@ fn run_command(cli: Cli, command: Command) -> anyhow::Result<ExitCode> {
             let origin = ConfigOrigin::process(cli.config.clone());
             let loaded = runtime.block_on(lathe::discover::load_config(&origin)).map(|mut config| {
                 config.data_dir = data_dir.clone();
+                config.sandbox.deny_read.extend(data_dir.clone());
                 // MCP servers and the sandbox are checked as a session would start them.
                 config.children.supervisor = std::env::current_exe().ok();
                 config
@@ -319,6 +326,8 @@ fn session_config(cli: &Cli, runtime: &tokio::runtime::Runtime) -> anyhow::Resul
         }
     };
     config.data_dir = lathe::store::default_data_dir(cli.data_dir.as_deref(), &env);
+    // Other projects' sessions are there: no sandboxed command reads them.
+    config.sandbox.deny_read.extend(config.data_dir.clone());
     start_trace(cli.trace.as_deref(), Some(&config))?;
     // Every child is started through this executable, which supervises it.
     config.children.supervisor = match std::env::current_exe() {

@@ -1,0 +1,1136 @@
+//! The sandbox commands run in (issues 14 and 25): a policy per session,
+//! applied by lathe's trampoline (`lathe sandbox-exec`, see `crate::child`)
+//! before it starts the command, so that it binds the command and
+//! everything it starts and can never be lifted. In it a command:
+//!
+//! - creates, changes, renames or removes files only beneath the session
+//!   roots, the system temp directory, `/dev/shm`, the terminal and null
+//!   devices and the configured `writable` paths (Landlock ABI 3's writes);
+//! - reads everything except the credentials [`secrets`] lists and the
+//!   `deny_read` paths, unless they lie inside a session root (Landlock's
+//!   read rights, as an allow-list built around them);
+//! - with the network off (the default), makes no TCP connection or
+//!   listener (Landlock ABI 4), and no socket but a Unix one: no UDP, so no
+//!   DNS, no raw, packet or netlink socket ([`seccomp`]); and reaches no
+//!   abstract Unix socket outside the sandbox (Landlock ABI 6's scope);
+//! - signals no process outside the sandbox (Landlock ABI 6's scope);
+//! - cannot change what makes git or lathe run something later: a root's
+//!   `.git` hooks, config and info and `.lathe/` are mounted read-only in a
+//!   mount namespace of its own ([`protected`] has the one list,
+//!   `namespaces` the mounts);
+//! - gains no privileges through set-user-id programs (`no_new_privs`).
+//!
+//! What this machine can enforce of it is found once per process by
+//! running the trampoline in its probe mode ([`probe`]): each part is
+//! tried for real (Landlock's ABI, the seccomp filter, a mount namespace)
+//! and the [`Findings`] say what held. lathe reports exactly that
+//! ([`Status`]: fully, partly, not enforced, and which part is missing) and
+//! never claims more; the session's policy tells the trampoline to leave
+//! out the parts found missing. `LATHE_SANDBOX_UNAVAILABLE` (a test switch,
+//! see [`SandboxPart::forced_off`]) makes lathe act as if parts were missing.
+//!
+//! Limits, by design or by the kernel: Unix sockets named by a path stay
+//! reachable (a local daemon's, Docker's or D-Bus's, acts for the command);
+//! what was open or permitted before the restriction (inherited
+//! descriptors) stays usable; a 32-bit x86 program is killed by the seccomp
+//! filter when the network is off; listing the home directory, or `/`,
+//! fails (only their entries are granted).
+//!
+//! Also here: the conservative reading of a failed command's output that
+//! tells the model the sandbox may have refused it ([`suspected_denial`],
+//! [`suspected_network_failure`]).
+//!
+//! This module knows Landlock, seccomp, namespaces, paths and text; nothing
+//! of ACP, permissions or how processes are started.
+
+pub mod protected;
+pub mod secrets;
+
+#[cfg(target_os = "linux")]
+pub mod keeper;
+#[cfg(target_os = "linux")]
+mod namespaces;
+#[cfg(target_os = "linux")]
+mod seccomp;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{SANDBOX_UNAVAILABLE_ENV, SandboxMode, SandboxSettings};
+pub use secrets::ReadDenials;
+
+/// Device files and scratch space every sandboxed command may write: output
+/// thrown away, terminals, and the shared memory directory programs use
+/// like the temp directory (POSIX semaphores, Python's multiprocessing).
+/// Whether each is a directory (else a file, to which only file rights apply).
+const ALWAYS_WRITABLE: [(&str, bool); 7] = [
+    ("/dev/null", false),
+    ("/dev/zero", false),
+    ("/dev/full", false),
+    ("/dev/tty", false),
+    ("/dev/pts", true),
+    ("/dev/ptmx", false),
+    ("/dev/shm", true),
+];
+
+/// The trampoline's flag that turns the sandbox on.
+pub const SANDBOX_FLAG: &str = "--sandbox";
+/// The trampoline's flag naming a session root: writable, readable, its
+/// protected paths read-only.
+pub const ROOT_FLAG: &str = "--root";
+/// The trampoline's flag naming one writable path.
+pub const WRITE_FLAG: &str = "--write";
+/// The trampoline's flag naming the home directory whose credentials are unreadable.
+pub const HOME_FLAG: &str = "--home";
+/// The trampoline's flag naming one more unreadable path.
+pub const DENY_READ_FLAG: &str = "--deny-read";
+/// The trampoline's flag that turns the network off.
+pub const NO_NETWORK_FLAG: &str = "--no-network";
+/// The trampoline's flag naming a part to leave out (this machine lacks it).
+pub const WITHOUT_FLAG: &str = "--without";
+/// The trampoline's flag naming the socket that keeps its mount namespace
+/// (see `keeper`).
+pub const NS_KEEPER_FLAG: &str = "--ns-keeper";
+
+/// The parts of the sandbox a machine may lack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxPart {
+    /// Landlock: writes, reads, TCP, scopes. Without it there is no sandbox.
+    Landlock,
+    /// The seccomp filter: sockets other than Unix ones.
+    Seccomp,
+    /// The user and mount namespaces: the read-only git and lathe paths.
+    Namespaces,
+}
+
+impl SandboxPart {
+    /// Every part.
+    pub const ALL: [SandboxPart; 3] = [SandboxPart::Landlock, SandboxPart::Seccomp, SandboxPart::Namespaces];
+
+    /// The name used in flags and in `LATHE_SANDBOX_UNAVAILABLE`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SandboxPart::Landlock => "landlock",
+            SandboxPart::Seccomp => "seccomp",
+            SandboxPart::Namespaces => "namespaces",
+        }
+    }
+
+    /// The parts `LATHE_SANDBOX_UNAVAILABLE` turns off: `1` all of them,
+    /// else a comma-separated list of their names (`seccomp,namespaces`);
+    /// unknown names count for nothing.
+    pub fn forced_off(value: &str) -> Vec<SandboxPart> {
+        if value.trim() == "1" {
+            return SandboxPart::ALL.to_vec();
+        }
+        let mut parts: Vec<SandboxPart> = value
+            .split(',')
+            .filter_map(|name| SandboxPart::ALL.into_iter().find(|part| part.name() == name.trim()))
+            .collect();
+        parts.sort();
+        parts.dedup();
+        parts
+    }
+}
+
+/// What a sandboxed command may do (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxPolicy {
+    roots: Vec<PathBuf>,
+    writable: Vec<PathBuf>,
+    home: Option<PathBuf>,
+    deny_read: Vec<PathBuf>,
+    network: bool,
+    without: Vec<SandboxPart>,
+    keeper: Option<String>,
+}
+
+impl SandboxPolicy {
+    /// Writes allowed beneath `writable`, the network on when `network`;
+    /// no roots, every read allowed.
+    pub fn new(writable: Vec<PathBuf>, network: bool) -> SandboxPolicy {
+        SandboxPolicy {
+            roots: Vec::new(),
+            writable,
+            home: None,
+            deny_read: Vec::new(),
+            network,
+            without: Vec::new(),
+            keeper: None,
+        }
+    }
+
+    /// The same, with these session `roots` (writable, readable, their
+    /// protected paths read-only).
+    #[must_use]
+    pub fn with_roots(mut self, roots: Vec<PathBuf>) -> SandboxPolicy {
+        self.roots = roots;
+        self
+    }
+
+    /// The same, with the credentials beneath `home` and the `deny_read`
+    /// paths unreadable.
+    #[must_use]
+    pub fn denying_reads(mut self, home: Option<PathBuf>, deny_read: Vec<PathBuf>) -> SandboxPolicy {
+        self.home = home;
+        self.deny_read = deny_read;
+        self
+    }
+
+    /// The same, leaving out `parts` (which this machine lacks).
+    #[must_use]
+    pub fn without(mut self, parts: &[SandboxPart]) -> SandboxPolicy {
+        self.without = parts.to_vec();
+        self.without.sort();
+        self.without.dedup();
+        self
+    }
+
+    /// The same, handing the mount namespace to the keeper socket `name`
+    /// (see `keeper`).
+    #[must_use]
+    pub fn kept_by(mut self, name: Option<String>) -> SandboxPolicy {
+        self.keeper = name;
+        self
+    }
+
+    /// A session's policy: its `roots`, the system temp directory and the
+    /// configured writable paths writable; the configured reads denied and
+    /// network; leaving out the `missing` parts.
+    pub fn for_session(roots: &[PathBuf], settings: &SandboxSettings, missing: &[SandboxPart]) -> SandboxPolicy {
+        let mut writable = vec![settings.temp_dir.clone()];
+        writable.extend(settings.writable.iter().cloned());
+        writable.retain(|path| !roots.contains(path));
+        let mut seen = std::collections::HashSet::new();
+        writable.retain(|path| seen.insert(path.clone()));
+        let mut roots = roots.to_vec();
+        let mut seen = std::collections::HashSet::new();
+        roots.retain(|path| seen.insert(path.clone()));
+        let policy = SandboxPolicy::new(writable, settings.network)
+            .with_roots(roots)
+            .denying_reads(settings.home.clone(), settings.deny_read.clone())
+            .without(missing);
+        #[cfg(target_os = "linux")]
+        let keeper = policy
+            .applies(SandboxPart::Namespaces)
+            .then(keeper::Keeper::get)
+            .flatten()
+            .map(|keeper| keeper.name().to_owned());
+        #[cfg(not(target_os = "linux"))]
+        let keeper = None;
+        policy.kept_by(keeper)
+    }
+
+    /// The session roots.
+    pub fn roots(&self) -> &[PathBuf] {
+        &self.roots
+    }
+
+    /// The writable paths besides the roots, as given (the devices come on top).
+    pub fn writable(&self) -> &[PathBuf] {
+        &self.writable
+    }
+
+    /// Whether the network is on.
+    pub fn network(&self) -> bool {
+        self.network
+    }
+
+    /// Whether `part` is applied.
+    pub fn applies(&self, part: SandboxPart) -> bool {
+        !self.without.contains(&part)
+    }
+
+    /// What may not be read.
+    pub fn read_denials(&self) -> ReadDenials {
+        ReadDenials::new(self.home.as_deref(), &self.deny_read)
+    }
+
+    /// The policy as trampoline arguments (see `crate::child`).
+    pub fn as_args(&self) -> Vec<OsString> {
+        let mut args = vec![OsString::from(SANDBOX_FLAG)];
+        let mut flagged = |flag: &str, path: &Path| {
+            args.push(OsString::from(flag));
+            args.push(path.as_os_str().to_owned());
+        };
+        for root in &self.roots {
+            flagged(ROOT_FLAG, root);
+        }
+        for path in &self.writable {
+            flagged(WRITE_FLAG, path);
+        }
+        if let Some(home) = &self.home {
+            flagged(HOME_FLAG, home);
+        }
+        for path in &self.deny_read {
+            flagged(DENY_READ_FLAG, path);
+        }
+        if !self.network {
+            args.push(OsString::from(NO_NETWORK_FLAG));
+        }
+        for part in &self.without {
+            args.push(OsString::from(WITHOUT_FLAG));
+            args.push(OsString::from(part.name()));
+        }
+        if let Some(name) = &self.keeper {
+            args.push(OsString::from(NS_KEEPER_FLAG));
+            args.push(OsString::from(name));
+        }
+        args
+    }
+
+    /// One sentence for the model: where it may write, what it may not
+    /// read, what is read-only, whether the network is on.
+    pub fn describe(&self) -> String {
+        let places: Vec<String> =
+            self.roots.iter().chain(&self.writable).map(|path| format!("`{}`", path.display())).collect();
+        let mut secrets = vec!["`~/.ssh`", "`~/.aws`", "`~/.gnupg`", "other credentials", "lathe's own files"];
+        if !self.deny_read.is_empty() {
+            secrets.push("the paths the user denied");
+        }
+        let network = if self.network {
+            "the network is on".to_owned()
+        } else {
+            "there is no network (no TCP, UDP or DNS: downloads and package installs fail)".to_owned()
+        };
+        let mut text = format!(
+            "it may write only in {} (and /dev/null, /dev/shm); it cannot read {}",
+            places.join(", "),
+            secrets.join(", ")
+        );
+        if self.applies(SandboxPart::Namespaces) {
+            text.push_str("; `.git/hooks`, `.git/config`, `.git/info` and `.lathe/` are read-only");
+        }
+        text.push_str(&format!("; {network}"));
+        text
+    }
+}
+
+/// How much of a policy the kernel enforces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Enforcement {
+    /// Everything asked for.
+    Full,
+    /// Part of it (an older kernel, a missing part): say which part is missing.
+    Partial,
+    /// Nothing: no Landlock here.
+    None,
+}
+
+/// What the sandbox amounts to on this machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    /// How much is enforced.
+    pub enforcement: Enforcement,
+    /// What was found, for people ("Landlock ABI 7, seccomp and a mount
+    /// namespace: fully enforced"; a partial one says what is missing).
+    pub detail: String,
+    /// The parts this machine lacks, which the trampoline leaves out.
+    pub missing: Vec<SandboxPart>,
+}
+
+impl Status {
+    /// No sandbox, for `reason` (which completes "the sandbox is unavailable: ...").
+    pub fn unavailable(reason: impl Into<String>) -> Status {
+        Status { enforcement: Enforcement::None, detail: reason.into(), missing: SandboxPart::ALL.to_vec() }
+    }
+}
+
+/// What the trampoline's probe found of each part: `Ok` when it held (for
+/// Landlock, the kernel's ABI), else why not.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Findings {
+    /// Landlock: the ABI, or why there is none.
+    pub landlock: Result<i32, String>,
+    /// The seccomp filter.
+    pub seccomp: Result<(), String>,
+    /// The user and mount namespaces.
+    pub namespaces: Result<(), String>,
+}
+
+impl Findings {
+    /// The same findings with `parts` taken away, `why` said for each.
+    #[must_use]
+    pub fn forcing_off(mut self, parts: &[SandboxPart], why: &str) -> Findings {
+        for part in parts {
+            match part {
+                SandboxPart::Landlock => self.landlock = Err(why.to_owned()),
+                SandboxPart::Seccomp => self.seccomp = Err(why.to_owned()),
+                SandboxPart::Namespaces => self.namespaces = Err(why.to_owned()),
+            }
+        }
+        self
+    }
+
+    /// What a policy with the network on or off amounts to, given these findings.
+    pub fn status(&self, network: bool) -> Status {
+        let abi = match &self.landlock {
+            Ok(abi) => *abi,
+            Err(why) => return Status::unavailable(why.clone()),
+        };
+        let mut gaps: Vec<String> = Vec::new();
+        let mut missing = Vec::new();
+        if abi < 2 {
+            gaps.push(
+                "renames and links across directories are not restricted (Linux 5.19 or later restricts them)".into(),
+            );
+        }
+        if abi < 3 {
+            gaps.push("truncating files is not restricted (Linux 6.2 or later restricts it)".into());
+        }
+        if let Err(why) = &self.seccomp {
+            missing.push(SandboxPart::Seccomp);
+            if !network {
+                gaps.push(if abi < 4 {
+                    format!("the network is not off: TCP, UDP (DNS included) and other sockets stay usable (seccomp: {why}; Landlock restricts TCP from Linux 6.7)")
+                } else {
+                    format!("the network is only partly off: UDP (DNS included) and sockets other than TCP and Unix ones stay usable (seccomp: {why})")
+                });
+            }
+        }
+        if abi < 6 {
+            gaps.push(
+                "abstract Unix sockets and signals reach processes outside the sandbox (Linux 6.12 or later scopes \
+                 them)"
+                    .to_owned(),
+            );
+        }
+        if let Err(why) = &self.namespaces {
+            missing.push(SandboxPart::Namespaces);
+            gaps.push(format!("`.git` hooks, config and info and `.lathe/` stay writable (no mount namespace: {why})"));
+        }
+        let mut used = vec![format!("Landlock ABI {abi}")];
+        if !network && self.seccomp.is_ok() {
+            used.push("seccomp".to_owned());
+        }
+        if self.namespaces.is_ok() {
+            used.push("a mount namespace".to_owned());
+        }
+        let used = match used.split_last() {
+            Some((last, [])) => last.clone(),
+            Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+            None => String::new(),
+        };
+        if gaps.is_empty() {
+            Status { enforcement: Enforcement::Full, detail: format!("{used}: fully enforced"), missing }
+        } else {
+            Status {
+                enforcement: Enforcement::Partial,
+                detail: format!("{used}: partly enforced: {}", gaps.join("; ")),
+                missing,
+            }
+        }
+    }
+}
+
+/// Why the sandbox could not be put on.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// Landlock refused the ruleset (or a system call failed).
+    #[error("Landlock: {0}")]
+    Landlock(String),
+    /// Landlock enforces nothing here.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The seccomp filter could not be installed.
+    #[error("seccomp: {0}")]
+    Seccomp(String),
+    /// The mount namespace could not be set up.
+    #[error("the mount namespace: {0}")]
+    Namespaces(String),
+    /// Not a Linux kernel.
+    #[error("the sandbox exists only on Linux")]
+    NotLinux,
+}
+
+/// Puts the whole `policy` on the calling process, which must have a
+/// single thread: the mount namespace (unless left out), then Landlock,
+/// then the seccomp filter (with the network off, unless left out). Fails,
+/// and the command must not run, when a part that was not left out cannot
+/// be put on, or when Landlock enforces nothing.
+#[cfg(target_os = "linux")]
+pub fn apply(policy: &SandboxPolicy) -> Result<(), SandboxError> {
+    if policy.applies(SandboxPart::Namespaces) {
+        let mounts = protected::mounts(&policy.roots, &policy.writable);
+        if !mounts.is_empty() {
+            namespaces::isolate(&mounts.read_only, &mounts.pinned).map_err(SandboxError::Namespaces)?;
+            if let Some(name) = &policy.keeper {
+                keeper::hand_over(name);
+            }
+        }
+    }
+    if let Err(why) = restrict_self(policy)? {
+        return Err(SandboxError::Unavailable(why));
+    }
+    if !policy.network && policy.applies(SandboxPart::Seccomp) {
+        seccomp::deny_sockets().map_err(SandboxError::Seccomp)?;
+    }
+    Ok(())
+}
+
+/// The sandbox exists only on Linux.
+#[cfg(not(target_os = "linux"))]
+pub fn apply(_policy: &SandboxPolicy) -> Result<(), SandboxError> {
+    Err(SandboxError::NotLinux)
+}
+
+/// Restricts the calling thread, and everything it starts from now on,
+/// with Landlock as `policy` says (writes, reads, TCP, scopes). Returns the
+/// kernel's ABI, or why Landlock enforced nothing (the caller decides
+/// whether to go on).
+#[cfg(target_os = "linux")]
+pub fn restrict_self(policy: &SandboxPolicy) -> Result<Result<i32, String>, SandboxError> {
+    use landlock::{
+        ABI, AccessFs, AccessNet, BitFlags, LandlockStatus, PathBeneath, Ruleset, RulesetAttr, RulesetCreated,
+        RulesetCreatedAttr, RulesetStatus, Scope,
+    };
+    /// What a rule's path must be: known to be a directory or a file (and
+    /// then no link is followed), or either (links followed).
+    #[derive(Clone, Copy)]
+    enum Kind {
+        Directory,
+        File,
+        Either,
+    }
+    let failed = |err: landlock::RulesetError| SandboxError::Landlock(err.to_string());
+    // ABI 3's writes: not ABI 5's device ioctls, which would break programs
+    // that drive a GPU or a terminal and are no file writes.
+    let writes = AccessFs::from_write(ABI::V3);
+    let reads = AccessFs::ReadFile | AccessFs::ReadDir;
+    let mut ruleset = Ruleset::default().handle_access(writes | reads).map_err(failed)?;
+    if !policy.network {
+        ruleset = ruleset.handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp).map_err(failed)?;
+    }
+    // Abstract Unix sockets whatever the network: a local X server or bus
+    // listening on one takes input that ends up run (and lathe's own
+    // namespace keeper listens on one).
+    let mut ruleset =
+        ruleset.scope(Scope::Signal | Scope::AbstractUnixSocket).map_err(failed)?.create().map_err(failed)?;
+    // Every rule's descriptor stays open until this process execs or ends
+    // (they are close-on-exec): closing each would be one more system call
+    // per rule, at every command's start.
+    let mut opened: Vec<rustix::fd::OwnedFd> = Vec::new();
+    let mut rule = |ruleset: RulesetCreated, path: &Path, kind: Kind, access: BitFlags<AccessFs>| {
+        use rustix::fs::{FileType, Mode, OFlags, fstat, open};
+        let mut flags = OFlags::PATH | OFlags::CLOEXEC;
+        match kind {
+            Kind::Directory => flags |= OFlags::DIRECTORY | OFlags::NOFOLLOW,
+            Kind::File => flags |= OFlags::NOFOLLOW,
+            Kind::Either => {}
+        }
+        let Ok(fd) = open(path, flags, Mode::empty()) else { return Ok(ruleset) };
+        let directory = match kind {
+            Kind::Directory => true,
+            Kind::File => false,
+            Kind::Either => fstat(&fd).is_ok_and(|stat| FileType::from_raw_mode(stat.st_mode) == FileType::Directory),
+        };
+        // A rule with directory rights on a file is refused; a file rule on
+        // whatever is there now is harmless.
+        let access = if directory { access } else { access & AccessFs::from_file(ABI::V3) };
+        let added = ruleset.add_rule(PathBeneath::new(std::os::fd::AsFd::as_fd(&fd), access)).map_err(failed);
+        opened.push(fd);
+        added
+    };
+    // The roots and writable paths as given (links followed, as named by
+    // the user or the session).
+    for root in &policy.roots {
+        ruleset = rule(ruleset, root, Kind::Either, reads | writes)?;
+    }
+    for path in &policy.writable {
+        ruleset = rule(ruleset, path, Kind::Either, writes)?;
+    }
+    for (path, directory) in ALWAYS_WRITABLE {
+        ruleset = rule(ruleset, Path::new(path), if directory { Kind::Directory } else { Kind::Either }, writes)?;
+    }
+    // The read allow-list, never through a link (one swapped in since the
+    // directory was read): a link is judged where it leads.
+    let named = secrets::named(policy.home.as_deref(), &policy.deny_read);
+    for granted in secrets::readable_beneath(Path::new("/"), &named) {
+        let kind = if granted.directory { Kind::Directory } else { Kind::File };
+        ruleset = rule(ruleset, &granted.path, kind, reads)?;
+    }
+    let status = ruleset.restrict_self().map_err(failed)?;
+    std::mem::forget(opened);
+    let abi = match status.landlock {
+        LandlockStatus::Available { effective_abi, kernel_abi } => kernel_abi.unwrap_or(effective_abi as i32),
+        LandlockStatus::NotEnabled => {
+            return Ok(Err(
+                "this kernel has Landlock but it is not enabled (add `landlock` to the `lsm=` boot parameter)".into(),
+            ));
+        }
+        LandlockStatus::NotImplemented => {
+            return Ok(Err("this kernel has no Landlock (Linux 5.13 or later has it)".into()));
+        }
+    };
+    Ok(match status.ruleset {
+        RulesetStatus::FullyEnforced | RulesetStatus::PartiallyEnforced => Ok(abi),
+        RulesetStatus::NotEnforced => Err(format!("Landlock ABI {abi} enforced nothing")),
+    })
+}
+
+/// Landlock exists only on Linux.
+#[cfg(not(target_os = "linux"))]
+pub fn restrict_self(_policy: &SandboxPolicy) -> Result<Result<i32, String>, SandboxError> {
+    Err(SandboxError::NotLinux)
+}
+
+/// The trampoline's probe mode (`lathe sandbox-exec --probe`): tries each
+/// part for real on this process (which must have a single thread and
+/// should exit afterwards) and says what held.
+#[cfg(target_os = "linux")]
+pub fn probe_here() -> Findings {
+    let temp = std::env::temp_dir();
+    let namespaces = namespaces::isolate(std::slice::from_ref(&temp), &[]);
+    let landlock = match restrict_self(&SandboxPolicy::new(vec![temp], false)) {
+        Ok(found) => found,
+        Err(err) => Err(err.to_string()),
+    };
+    let seccomp = seccomp::deny_sockets().and_then(|()| match std::net::UdpSocket::bind("127.0.0.1:0") {
+        Ok(_) => Err("the filter was installed, but a UDP socket still opens".to_owned()),
+        Err(_) => Ok(()),
+    });
+    Findings { landlock, seccomp, namespaces }
+}
+
+/// The sandbox exists only on Linux.
+#[cfg(not(target_os = "linux"))]
+pub fn probe_here() -> Findings {
+    let none = || Err("the sandbox exists only on Linux".to_owned());
+    Findings { landlock: none(), seccomp: none(), namespaces: none() }
+}
+
+/// What this machine can enforce, found once per process by running the
+/// `trampoline` (lathe's own executable) in its probe mode.
+pub fn probe(trampoline: &Path) -> Findings {
+    static PROBED: std::sync::Mutex<Vec<(PathBuf, Findings)>> = std::sync::Mutex::new(Vec::new());
+    let mut probed = PROBED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((_, findings)) = probed.iter().find(|(path, _)| path == trampoline) {
+        return findings.clone();
+    }
+    let failed = |why: String| {
+        let why = format!("the sandbox probe failed: {why}");
+        Findings { landlock: Err(why.clone()), seccomp: Err(why.clone()), namespaces: Err(why) }
+    };
+    let findings = match std::process::Command::new(trampoline)
+        .args([crate::child::TRAMPOLINE_SUBCOMMAND, "--probe"])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+    {
+        Ok(output) if output.status.success() => {
+            serde_json::from_slice(&output.stdout).unwrap_or_else(|err| failed(format!("its answer: {err}")))
+        }
+        Ok(output) => failed(format!("it ended with {}", output.status)),
+        Err(err) => failed(format!("cannot start {}: {err}", trampoline.display())),
+    };
+    probed.push((trampoline.to_path_buf(), findings.clone()));
+    findings
+}
+
+/// How a session's commands relate to the sandbox: what the permission
+/// policy needs to know.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Confinement {
+    /// `[sandbox] mode = "required"` and fully enforced: every command runs
+    /// in the sandbox (full-auto too), and none may leave it.
+    Required,
+    /// Fully enforced: commands run in it, except in full-auto and when the
+    /// user lets one out.
+    Enforced,
+    /// Partly enforced (an older kernel, a missing part): commands still
+    /// run in it as above, but nothing runs unasked on its strength.
+    Partial,
+    /// No sandbox: `[sandbox] mode = "off"`, or none is available here.
+    Off,
+    /// `required`, and the sandbox is not fully enforced: commands are
+    /// refused. Says why.
+    Refused(String),
+}
+
+impl Confinement {
+    /// Whether commands run in a sandbox (all or some of them).
+    pub fn in_use(&self) -> bool {
+        match self {
+            Confinement::Required | Confinement::Enforced | Confinement::Partial => true,
+            Confinement::Off | Confinement::Refused(_) => false,
+        }
+    }
+}
+
+/// A session's sandbox: the configured mode, the policy for its roots, and
+/// what this machine enforces of it.
+#[derive(Debug, Clone)]
+pub struct SessionSandbox {
+    mode: SandboxMode,
+    policy: SandboxPolicy,
+    status: Status,
+    denials: ReadDenials,
+}
+
+impl SessionSandbox {
+    /// The sandbox for a session with these `roots`, applied by
+    /// `trampoline` (lathe's own executable; without it nothing can be
+    /// sandboxed). Probes the machine once per process.
+    pub fn new(settings: &SandboxSettings, roots: &[PathBuf], trampoline: Option<&Path>) -> SessionSandbox {
+        let forced = settings.forced_off();
+        let status = if settings.mode == SandboxMode::Off {
+            Status::unavailable("`[sandbox] mode = \"off\"`")
+        } else if let Some(trampoline) = trampoline {
+            let why = format!(
+                "{SANDBOX_UNAVAILABLE_ENV}={} is set",
+                settings.force_unavailable.as_deref().unwrap_or_default()
+            );
+            probe(trampoline).forcing_off(&forced, &why).status(settings.network)
+        } else {
+            Status::unavailable("lathe's own executable is unknown, and the sandbox is applied by it")
+        };
+        let policy = SandboxPolicy::for_session(roots, settings, &status.missing);
+        let denials = policy.read_denials();
+        SessionSandbox { mode: settings.mode, policy, status, denials }
+    }
+
+    /// What the permission policy needs to know.
+    pub fn confinement(&self) -> Confinement {
+        match (self.mode, self.status.enforcement) {
+            (SandboxMode::Off, _) | (SandboxMode::Auto, Enforcement::None) => Confinement::Off,
+            (SandboxMode::Auto, Enforcement::Full) => Confinement::Enforced,
+            (SandboxMode::Auto, Enforcement::Partial) => Confinement::Partial,
+            (SandboxMode::Required, Enforcement::Full) => Confinement::Required,
+            (SandboxMode::Required, Enforcement::Partial | Enforcement::None) => {
+                Confinement::Refused(self.status.detail.clone())
+            }
+        }
+    }
+
+    /// The policy to run a process under, or why none can be used.
+    pub fn policy(&self) -> Result<&SandboxPolicy, String> {
+        match self.confinement() {
+            Confinement::Required | Confinement::Enforced | Confinement::Partial => Ok(&self.policy),
+            Confinement::Off | Confinement::Refused(_) => {
+                Err(format!("the sandbox is not available: {}", self.status.detail))
+            }
+        }
+    }
+
+    /// What the machine enforces.
+    pub fn status(&self) -> &Status {
+        &self.status
+    }
+
+    /// The paths sandboxed commands may not read: the file tools ask before
+    /// reading them too (see `crate::permission`).
+    pub fn read_denials(&self) -> &ReadDenials {
+        &self.denials
+    }
+
+    /// What the system prompt says about the sandbox, one short sentence
+    /// (the prompt has a token budget), or `None` when commands run without
+    /// one.
+    pub fn describe_for_model(&self) -> Option<String> {
+        let policy = self.policy().ok()?;
+        let mut rules = Vec::new();
+        if !policy.network {
+            rules.push("no network");
+        }
+        rules.push("no credentials");
+        rules.push(if policy.writable.len() > 1 {
+            "writes only in the project, temp dir and configured folders"
+        } else {
+            "writes only in the project and temp dir"
+        });
+        if policy.applies(SandboxPart::Namespaces) {
+            rules.push("`.git` hooks and config read-only");
+        }
+        Some(format!("Shell commands run in a sandbox: {}.", rules.join(", ")))
+    }
+
+    /// What the user should be told once per session: that the sandbox is
+    /// weaker than asked for, and what lathe does about it. `None` when it
+    /// is fully enforced or turned off.
+    pub fn notice(&self) -> Option<(String, String)> {
+        let detail = &self.status.detail;
+        match self.confinement() {
+            Confinement::Required | Confinement::Enforced | Confinement::Off => None,
+            Confinement::Partial => Some((
+                "The command sandbox is only partly enforced".to_owned(),
+                format!(
+                    "{detail}. Commands still run in it, but in auto mode each one asks first, as lathe cannot \
+                     promise what the sandbox would not hold."
+                ),
+            )),
+            Confinement::Refused(_) => Some((
+                "Commands are refused: the sandbox is required but not available".to_owned(),
+                format!(
+                    "{detail}. With `[sandbox] mode = \"required\"`, lathe runs no shell command and starts no \
+                     sandboxed MCP server without a fully enforced sandbox."
+                ),
+            )),
+        }
+        .or_else(|| {
+            (self.mode == SandboxMode::Auto && self.status.enforcement == Enforcement::None).then(|| {
+                (
+                    "Commands run without a sandbox".to_owned(),
+                    format!(
+                        "The sandbox is not available: {detail}. Commands run unconfined, so in auto mode each one \
+                         asks first; MCP servers marked `sandbox = true` do not start."
+                    ),
+                )
+            })
+        })
+    }
+}
+
+/// Phrases a refusal by the sandbox shows up as: EACCES ("Permission
+/// denied", which Landlock gives for a write or read outside the policy and
+/// the seccomp filter for a socket), EPERM ("Operation not permitted",
+/// which some tools print for it), EROFS and EBUSY (a read-only git path,
+/// a pinned directory). Matched without regard to case.
+const DENIAL_PHRASES: [&str; 6] =
+    ["permission denied", "operation not permitted", "eacces", "eperm", "read-only file system", "resource busy"];
+
+/// Phrases a failure for lack of network shows up as, from curl, git,
+/// cargo, pip, npm, getaddrinfo and the like. Matched without regard to case.
+const NETWORK_PHRASES: [&str; 14] = [
+    "could not resolve",
+    "couldn't resolve",
+    "failed to resolve",
+    "name resolution",
+    "name or service not known",
+    "nodename nor servname",
+    "no address associated",
+    "network is unreachable",
+    "getaddrinfo",
+    "eai_again",
+    "enotfound",
+    "failed to connect",
+    "unable to access",
+    "spurious network error",
+];
+
+/// Characters of the output line quoted back to the model.
+const QUOTED_CHARS: usize = 200;
+
+/// The first line of `output` holding one of `phrases`, trimmed and cut.
+fn quoted_line(output: &str, phrases: &[&str]) -> Option<String> {
+    output
+        .lines()
+        .find(|line| {
+            let lower = line.to_lowercase();
+            phrases.iter().any(|phrase| lower.contains(phrase))
+        })
+        .map(|line| {
+            let line = line.trim();
+            let mut quoted: String = line.chars().take(QUOTED_CHARS).collect();
+            if line.chars().count() > QUOTED_CHARS {
+                quoted.push('…');
+            }
+            quoted
+        })
+}
+
+/// The line of a failed sandboxed command's output that suggests the sandbox
+/// refused something, if one does. A heuristic, kept conservative: only an
+/// access error counts, and the caller says what it saw, not that the sandbox
+/// did it.
+pub fn suspected_denial(output: &str) -> Option<String> {
+    quoted_line(output, &DENIAL_PHRASES)
+}
+
+/// The line of a failed command's output that suggests it needed the
+/// network (a name that did not resolve, a connection that failed), if one
+/// does: with the sandbox's network off, the model is told so.
+pub fn suspected_network_failure(output: &str) -> Option<String> {
+    quoted_line(output, &NETWORK_PHRASES)
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    /// Runs `body` on a thread restricted to `policy` by Landlock alone
+    /// (Landlock restricts the calling thread only, so the test process
+    /// stays free).
+    #[allow(clippy::unwrap_used)]
+    fn in_sandbox<T: Send + 'static>(
+        policy: SandboxPolicy,
+        body: impl FnOnce() -> T + Send + 'static,
+    ) -> (Result<i32, String>, T) {
+        std::thread::spawn(move || {
+            let found = restrict_self(&policy).unwrap();
+            (found, body())
+        })
+        .join()
+        .unwrap()
+    }
+
+    /// The kernel must have Landlock for these tests to mean anything; where
+    /// it has none, the test says so and checks that nothing is claimed.
+    #[allow(clippy::print_stderr)]
+    fn landlock_abi(found: &Result<i32, String>) -> Option<i32> {
+        match found {
+            Ok(abi) => Some(*abi),
+            Err(why) => {
+                eprintln!("NOTE: no Landlock on this kernel ({why}); checking the fallback only");
+                None
+            }
+        }
+    }
+
+    #[test]
+    fn writes_stay_inside_the_writable_paths() {
+        let root = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("kept"), "original").unwrap();
+        let policy = SandboxPolicy::new(vec![root.path().to_path_buf()], true);
+        let (root_path, outside_path) = (root.path().to_path_buf(), outside.path().to_path_buf());
+        let (found, results) = in_sandbox(policy, move || {
+            [
+                std::fs::write(root_path.join("x"), "ok").map_err(|e| e.kind()),
+                std::fs::write(outside_path.join("x"), "no").map_err(|e| e.kind()),
+                std::fs::remove_file(outside_path.join("kept")).map_err(|e| e.kind()),
+                std::fs::write(outside_path.join("kept"), "changed").map_err(|e| e.kind()),
+                std::fs::create_dir(outside_path.join("d")).map_err(|e| e.kind()),
+                std::fs::write("/dev/null", "discarded").map_err(|e| e.kind()),
+            ]
+        });
+        if landlock_abi(&found).is_none() {
+            return;
+        }
+        let denied = Err(std::io::ErrorKind::PermissionDenied);
+        assert_eq!(results, [Ok(()), denied, denied, denied, denied, Ok(())]);
+        assert_eq!(std::fs::read_to_string(outside.path().join("kept")).unwrap(), "original");
+        assert!(!outside.path().join("x").exists());
+        assert!(root.path().join("x").exists());
+        // Without denied reads, everything reads.
+        let reader = outside.path().join("kept");
+        let (_, read) = in_sandbox(SandboxPolicy::new(Vec::new(), true), move || std::fs::read_to_string(reader).ok());
+        assert_eq!(read.as_deref(), Some("original"));
+    }
+
+    /// Issue 25: the credentials beneath the home are unreadable, nested
+    /// ones too (`~/.config/gh` in a readable `~/.config`), and listing
+    /// them fails; the rest of the home and the system read as before; a
+    /// `deny_read` path is unreadable; a denied path inside a root reads.
+    #[test]
+    fn reads_are_an_allow_list_around_the_secrets() {
+        let home = tempfile::tempdir().unwrap();
+        let home = home.path().canonicalize().unwrap();
+        for (path, text) in [
+            (".ssh/id_ed25519", "key"),
+            (".config/gh/hosts.yml", "token"),
+            (".config/nvim/init.lua", "vim"),
+            (".cargo/credentials.toml", "cargo token"),
+            (".cargo/config.toml", "cargo config"),
+            ("notes/private.txt", "private"),
+            ("project/.ssh/x", "inside a root"),
+        ] {
+            std::fs::create_dir_all(home.join(path).parent().unwrap()).unwrap();
+            std::fs::write(home.join(path), text).unwrap();
+        }
+        let policy = SandboxPolicy::new(Vec::new(), true)
+            .with_roots(vec![home.join("project")])
+            .denying_reads(Some(home.clone()), vec![home.join("notes/private.txt"), home.join("project/.ssh")]);
+        let h = home.clone();
+        let (found, results) = in_sandbox(policy, move || {
+            let read = |path: &str| std::fs::read_to_string(h.join(path)).map_err(|e| e.kind());
+            let list = |path: &str| std::fs::read_dir(h.join(path)).map(drop).map_err(|e| e.kind());
+            (
+                [
+                    read(".ssh/id_ed25519"),
+                    read(".config/gh/hosts.yml"),
+                    read(".cargo/credentials.toml"),
+                    read("notes/private.txt"),
+                ],
+                [read(".config/nvim/init.lua"), read(".cargo/config.toml"), read("project/.ssh/x")],
+                [list(".ssh"), list(".config/gh")],
+                std::fs::read_to_string("/etc/hostname").is_ok() || std::fs::read_to_string("/etc/passwd").is_ok(),
+            )
+        });
+        if landlock_abi(&found).is_none() {
+            return;
+        }
+        let (denied, allowed, listed, system) = results;
+        let refused = Err(std::io::ErrorKind::PermissionDenied);
+        assert_eq!(denied, [refused.clone(), refused.clone(), refused.clone(), refused.clone()]);
+        assert_eq!(allowed, [Ok("vim".to_owned()), Ok("cargo config".to_owned()), Ok("inside a root".to_owned())]);
+        assert_eq!(listed, [Err(std::io::ErrorKind::PermissionDenied); 2]);
+        assert!(system, "the system reads");
+    }
+
+    #[test]
+    fn network_off_refuses_tcp() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        let connect = move || std::net::TcpStream::connect(address).map(drop).map_err(|err| err.kind());
+        let (_, allowed) = in_sandbox(SandboxPolicy::new(Vec::new(), true), connect);
+        let (found, refused) = in_sandbox(SandboxPolicy::new(Vec::new(), false), connect);
+        assert_eq!(allowed, Ok(()));
+        match landlock_abi(&found) {
+            Some(abi) if abi >= 4 => assert_eq!(refused, Err(std::io::ErrorKind::PermissionDenied)),
+            Some(abi) => eprintln!("NOTE: Landlock ABI {abi} has no TCP rules; TCP not checked"),
+            None => {}
+        }
+    }
+
+    #[test]
+    fn the_policy_as_arguments() {
+        let settings = SandboxSettings {
+            network: false,
+            writable: vec![PathBuf::from("/c")],
+            home: Some(PathBuf::from("/home/u")),
+            deny_read: vec![PathBuf::from("/srv/keys")],
+            ..SandboxSettings::default()
+        };
+        let policy = SandboxPolicy::for_session(
+            &[PathBuf::from("/p"), PathBuf::from("/p")],
+            &settings,
+            &[SandboxPart::Namespaces],
+        );
+        let temp = settings.temp_dir.clone();
+        assert_eq!(policy.roots(), [PathBuf::from("/p")]);
+        assert_eq!(policy.writable(), [temp.clone(), PathBuf::from("/c")]);
+        let args: Vec<OsString> = policy.as_args();
+        let expected: Vec<OsString> = ["--sandbox", "--root", "/p", "--write"]
+            .into_iter()
+            .map(OsString::from)
+            .chain([temp.into_os_string()])
+            .chain(
+                [
+                    "--write",
+                    "/c",
+                    "--home",
+                    "/home/u",
+                    "--deny-read",
+                    "/srv/keys",
+                    "--no-network",
+                    "--without",
+                    "namespaces",
+                ]
+                .into_iter()
+                .map(OsString::from),
+            )
+            .collect();
+        assert_eq!(args, expected);
+        let described = policy.describe();
+        assert!(described.contains("`/p`") && described.contains("no network"), "{described}");
+        assert!(described.contains("`~/.ssh`"), "{described}");
+        assert!(!described.contains(".git/hooks"), "the mounts are left out: {described}");
+    }
+
+    #[test]
+    fn denials_are_read_conservatively() {
+        let table = [
+            ("touch: cannot touch '/etc/x': Permission denied", true),
+            ("PermissionError: [Errno 13] Permission denied: '/x'", true),
+            ("rm: cannot remove 'f': Operation not permitted", true),
+            ("sh: 1: cannot create .git/hooks/pre-commit: Read-only file system", true),
+            ("curl: (7) Failed to connect to 127.0.0.1 port 80: Connection refused", false),
+            ("error[E0425]: cannot find value `x` in this scope", false),
+            ("test result: FAILED. 1 passed; 2 failed", false),
+        ];
+        for (output, seen) in table {
+            assert_eq!(suspected_denial(&format!("building\n{output}\n")).is_some(), seen, "{output}");
+        }
+        assert_eq!(suspected_denial("a\n  x: Permission denied  \n").as_deref(), Some("x: Permission denied"));
+        let long = format!("{} permission denied", "p".repeat(300));
+        assert_eq!(suspected_denial(&long).unwrap().chars().count(), QUOTED_CHARS + 1);
+        let network = [
+            ("curl: (6) Could not resolve host: example.com", true),
+            ("fatal: unable to access 'https://github.com/x/y/': Could not resolve host: github.com", true),
+            ("warning: spurious network error (3 tries remaining): [6] Couldn't resolve host name", true),
+            ("npm error code EAI_AGAIN", true),
+            ("socket.gaierror: [Errno -3] Temporary failure in name resolution", true),
+            ("error[E0425]: cannot find value `x` in this scope", false),
+        ];
+        for (output, seen) in network {
+            assert_eq!(suspected_network_failure(output).is_some(), seen, "{output}");
+        }
+    }
+
+    /// The confinement and the once-per-session notice follow what the
+    /// probe found, for each mode: full protection is claimed only when
+    /// every part holds; partly enforced still sandboxes but says which part
+    /// is missing (and auto then asks); nothing enforced runs unconfined in
+    /// auto (and says so) and refuses in required.
+    #[test]
+    fn what_is_claimed_follows_the_enforcement_found() {
+        let sandbox = |mode, enforcement| SessionSandbox {
+            mode,
+            policy: SandboxPolicy::new(vec![PathBuf::from("/p")], true),
+            status: Status {
+                enforcement,
+                detail: "Landlock ABI 3: TCP rules unsupported".to_owned(),
+                missing: Vec::new(),
+            },
+            denials: ReadDenials::default(),
+        };
+        let table = [
+            (SandboxMode::Auto, Enforcement::Full, Confinement::Enforced, None),
+            (SandboxMode::Auto, Enforcement::Partial, Confinement::Partial, Some("only partly enforced")),
+            (SandboxMode::Auto, Enforcement::None, Confinement::Off, Some("without a sandbox")),
+            (SandboxMode::Required, Enforcement::Full, Confinement::Required, None),
+            (
+                SandboxMode::Required,
+                Enforcement::Partial,
+                Confinement::Refused("Landlock ABI 3: TCP rules unsupported".to_owned()),
+                Some("Commands are refused"),
+            ),
+            (
+                SandboxMode::Required,
+                Enforcement::None,
+                Confinement::Refused("Landlock ABI 3: TCP rules unsupported".to_owned()),
+                Some("Commands are refused"),
+            ),
+            (SandboxMode::Off, Enforcement::Full, Confinement::Off, None),
+        ];
+        for (mode, enforcement, confinement, notice) in table {
+            let sandbox = sandbox(mode, enforcement);
+            assert_eq!(sandbox.confinement(), confinement, "{mode:?} with {enforcement:?}");
+            let told = sandbox.notice();
+            match notice {
+                None => assert_eq!(told, None, "{mode:?} with {enforcement:?}"),
+                Some(phrase) => {
+                    let (title, body) = told.unwrap_or_else(|| panic!("a notice for {mode:?} with {enforcement:?}"));
+                    assert!(title.contains(phrase), "{title}");
+                    assert!(body.contains("Landlock ABI 3"), "the kernel's own finding is quoted: {body}");
+                }
+            }
+            let usable = matches!(confinement, Confinement::Enforced | Confinement::Partial | Confinement::Required);
+            assert_eq!(sandbox.policy().is_ok(), usable, "{mode:?} with {enforcement:?}");
+        }
+    }
+
+    /// Issue 25: each part the probe finds missing (or the test switch takes
+    /// away) makes the sandbox partial and is named; Landlock's absence
+    /// leaves none; the network on needs no seccomp; older ABIs are named.
+    #[test]
+    fn every_missing_part_is_named() {
+        let all = Findings { landlock: Ok(7), seccomp: Ok(()), namespaces: Ok(()) };
+        let full = all.status(false);
+        assert_eq!(full.enforcement, Enforcement::Full, "{}", full.detail);
+        assert_eq!(full.detail, "Landlock ABI 7, seccomp and a mount namespace: fully enforced");
+        let forced = |parts: &[SandboxPart], network| all.clone().forcing_off(parts, "switch is set").status(network);
+        let no_seccomp = forced(&[SandboxPart::Seccomp], false);
+        assert_eq!(no_seccomp.enforcement, Enforcement::Partial);
+        assert!(no_seccomp.detail.contains("UDP (DNS included)") && no_seccomp.detail.contains("switch is set"));
+        assert_eq!(no_seccomp.missing, [SandboxPart::Seccomp]);
+        assert_eq!(forced(&[SandboxPart::Seccomp], true).enforcement, Enforcement::Full, "no filter needed");
+        let no_namespaces = forced(&[SandboxPart::Namespaces], true);
+        assert_eq!(no_namespaces.enforcement, Enforcement::Partial);
+        assert!(no_namespaces.detail.contains("`.git` hooks"), "{}", no_namespaces.detail);
+        let no_landlock = forced(&[SandboxPart::Landlock], false);
+        assert_eq!(no_landlock.enforcement, Enforcement::None);
+        assert_eq!(no_landlock.missing, SandboxPart::ALL);
+        let old = Findings { landlock: Ok(4), ..all.clone() }.status(false);
+        assert!(old.detail.contains("abstract Unix sockets and signals"), "{}", old.detail);
+        assert_eq!(SandboxPart::forced_off("1"), SandboxPart::ALL);
+        assert_eq!(
+            SandboxPart::forced_off("namespaces, seccomp,bogus"),
+            [SandboxPart::Seccomp, SandboxPart::Namespaces]
+        );
+        assert!(SandboxPart::forced_off("0").is_empty());
+    }
+}

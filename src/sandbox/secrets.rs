@@ -1,0 +1,332 @@
+//! What sandboxed commands may not read, and the read allow-list that
+//! Landlock needs to say so (issue 25).
+//!
+//! The denied paths are the usual homes of credentials beneath the home
+//! directory ([`HOME_SECRETS`]), lathe's own config and data folders (its
+//! config holds keys; its data holds other projects' sessions), the config
+//! file lathe was started with, and the `[sandbox] deny_read` paths. A denied
+//! path inside a session root stays readable: the user opened it. The file
+//! tools judge their reads against the same list ([`ReadDenials::covering`]),
+//! so what a command may not read, `read_file` does not read unasked either.
+//!
+//! Landlock read rights are an allow-list: a right granted on a directory
+//! covers everything beneath it. So the allow-list is built from the top
+//! ([`readable_beneath`]): a directory with no denied path beneath it is
+//! granted whole; one with a denied path beneath it is split into its
+//! entries, each judged the same way, one level deeper where a denied path
+//! is nested (`~/.config` is split so that `~/.config/gh` is left out and
+//! `~/.config/nvim` is granted). Symbolic links among the entries are not
+//! granted: what they lead to is judged where it really is. Names created
+//! later in a split directory are not readable (they were not there to be
+//! granted). This module knows paths; nothing of Landlock itself.
+
+use std::path::{Path, PathBuf};
+
+/// Credentials beneath the home directory, relative to it: unreadable to
+/// sandboxed commands and asked about before a file tool reads them.
+pub const HOME_SECRETS: &[&str] = &[
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".azure",
+    ".config/gcloud",
+    ".kube",
+    ".docker",
+    ".netrc",
+    ".git-credentials",
+    ".config/gh",
+    ".config/hub",
+    ".npmrc",
+    ".pypirc",
+    ".pgpass",
+    ".vault-token",
+    ".terraform.d/credentials.tfrc.json",
+    ".cargo/credentials.toml",
+    ".cargo/credentials",
+    ".password-store",
+    ".mozilla",
+    ".config/google-chrome",
+    ".config/chromium",
+    ".local/share/keyrings",
+    // lathe's own config and data folders at their default places (the
+    // configured ones are added by the config).
+    ".config/lathe",
+    ".local/share/lathe",
+];
+
+/// Directory entries the allow-list grants at most, across every split
+/// directory: a home with more entries than this is granted only its first
+/// ones (sorted), so that a command's start cannot be made slow.
+pub const MAX_GRANTED: usize = 4096;
+
+/// The paths sandboxed commands may not read, as they really are (links
+/// followed), with the session roots that override them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReadDenials {
+    paths: Vec<PathBuf>,
+}
+
+impl ReadDenials {
+    /// The standard list beneath `home` (when known) and the `extra` paths
+    /// (absolute), each judged where it really leads.
+    pub fn new(home: Option<&Path>, extra: &[PathBuf]) -> ReadDenials {
+        // Each folder is resolved once (most secrets share `~`, `~/.config`
+        // or `~/.local/share`).
+        let mut folders: Vec<(PathBuf, PathBuf)> = Vec::new();
+        let mut paths: Vec<PathBuf> = Vec::new();
+        for path in named(home, extra) {
+            let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else { continue };
+            let real_parent = match folders.iter().find(|(folder, _)| folder == parent) {
+                Some((_, real)) => real.clone(),
+                None => {
+                    let real = crate::fs_guard::Target::of(parent).real;
+                    folders.push((parent.to_path_buf(), real.clone()));
+                    real
+                }
+            };
+            let candidate = real_parent.join(name);
+            // The name and where it leads: a denied link and its target both.
+            let is_link = std::fs::symlink_metadata(&candidate).is_ok_and(|found| found.file_type().is_symlink());
+            let real = if is_link { crate::fs_guard::Target::of(&candidate).real } else { candidate };
+            paths.push(path);
+            paths.push(real);
+        }
+        paths.retain(|path| path.parent().is_some());
+        paths.sort();
+        paths.dedup();
+        ReadDenials { paths }
+    }
+
+    /// The denied paths.
+    pub fn paths(&self) -> &[PathBuf] {
+        &self.paths
+    }
+
+    /// The denied path that covers `real` (a path as it really is), unless
+    /// `real` lies inside one of `roots`: a denied path the user opened as a
+    /// session root, or one inside a root, stays readable.
+    pub fn covering(&self, real: &Path, roots: &[PathBuf]) -> Option<&Path> {
+        if roots.iter().any(|root| real.starts_with(root)) {
+            return None;
+        }
+        self.paths.iter().find(|denied| real.starts_with(denied)).map(PathBuf::as_path)
+    }
+
+    /// Whether anything beneath `dir` (not `dir` itself) is denied.
+    pub fn any_beneath(&self, dir: &Path) -> bool {
+        self.paths.iter().any(|denied| denied != dir && denied.starts_with(dir))
+    }
+}
+
+/// The denied paths as named (absolute, `.` and `..` removed, no link
+/// followed): the credentials beneath `home` (when known) and `extra`.
+pub fn named(home: Option<&Path>, extra: &[PathBuf]) -> Vec<PathBuf> {
+    home.filter(|home| home.is_absolute() && home.parent().is_some())
+        .into_iter()
+        .flat_map(|home| HOME_SECRETS.iter().map(move |secret| home.join(secret)))
+        .chain(extra.iter().filter(|path| path.is_absolute()).cloned())
+        .map(|path| crate::tools::paths::normalize(&path))
+        .filter(|path| path.parent().is_some())
+        .collect()
+}
+
+/// Rounds of following links met on the way to a denied path, at most.
+const MAX_LINK_ROUNDS: usize = 8;
+
+/// The paths beneath which reading is allowed, starting from `top` (`/` for
+/// a sandbox): everything except the `denied` paths (absolute), split one
+/// level deeper wherever a denied path lies below (see the module docs). A
+/// denied path is never granted, nor anything above it; symbolic links are
+/// never granted. A link met at or above a denied path (`~/.ssh ->
+/// /vault/ssh`, `~/.config -> dotfiles/config`) is followed and what the
+/// denied path leads to through it is denied too, so the denied paths may
+/// be given as named: this runs at every sandboxed command's start, and
+/// resolving each one first costs more than the rare link. At most
+/// [`MAX_GRANTED`] paths.
+pub fn readable_beneath(top: &Path, denied: &[PathBuf]) -> Vec<Granted> {
+    let mut denied: Vec<PathBuf> = denied.to_vec();
+    for _ in 0..MAX_LINK_ROUNDS {
+        let mut links = Vec::new();
+        let granted = grant(top, &denied, &mut links);
+        let mut followed = Vec::new();
+        for link in links {
+            let real = crate::fs_guard::Target::of(&link).real;
+            for path in &denied {
+                if let Ok(rest) = path.strip_prefix(&link) {
+                    followed.push(if rest.as_os_str().is_empty() { real.clone() } else { real.join(rest) });
+                }
+            }
+        }
+        followed.retain(|path| !denied.contains(path));
+        if followed.is_empty() {
+            return granted;
+        }
+        denied.extend(followed);
+    }
+    // A chain of links longer than this: grant nothing rather than guess.
+    Vec::new()
+}
+
+/// One pass of [`readable_beneath`]: the grants, and in `links` the links
+/// met at or above a denied path.
+fn grant(top: &Path, denied: &[PathBuf], links: &mut Vec<PathBuf>) -> Vec<Granted> {
+    let mut granted = Vec::new();
+    if denied.iter().any(|path| top.starts_with(path)) {
+        return granted;
+    }
+    // Compared as bytes, for every entry of every split directory against
+    // every denied path.
+    let denied: Vec<&[u8]> = denied.iter().filter(|path| path.starts_with(top)).map(|path| bytes(path)).collect();
+    if denied.is_empty() {
+        granted.push(Granted { path: top.to_path_buf(), directory: top.is_dir() });
+        return granted;
+    }
+    split(top, &denied, &mut granted, links);
+    granted
+}
+
+/// A path the allow-list grants reading beneath, and whether it is a directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Granted {
+    /// The path, as it really is.
+    pub path: PathBuf,
+    /// Whether it is a directory (else a file, to which only file rights apply).
+    pub directory: bool,
+}
+
+fn bytes(path: &Path) -> &[u8] {
+    path.as_os_str().as_encoded_bytes()
+}
+
+/// Whether `inner` is `outer` or lies beneath it (both absolute, normalized).
+fn at_or_below(inner: &[u8], outer: &[u8]) -> bool {
+    inner.starts_with(outer) && (inner.len() == outer.len() || outer == b"/" || inner[outer.len()] == b'/')
+}
+
+/// Grants the entries of `dir`, which has the `denied` paths beneath it;
+/// notes in `links` the links at or above one.
+fn split(dir: &Path, denied: &[&[u8]], granted: &mut Vec<Granted>, links: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let mut entries: Vec<(PathBuf, Option<std::fs::FileType>)> =
+        entries.flatten().map(|entry| (entry.path(), entry.file_type().ok())).collect();
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    for (path, kind) in entries {
+        if granted.len() >= MAX_GRANTED {
+            return;
+        }
+        let Some(kind) = kind else { continue };
+        let name = bytes(&path);
+        let below: Vec<&[u8]> = denied.iter().copied().filter(|denied| at_or_below(denied, name)).collect();
+        if kind.is_symlink() {
+            if !below.is_empty() {
+                links.push(path);
+            }
+            continue;
+        }
+        if below.contains(&name) {
+            continue;
+        }
+        if below.is_empty() {
+            granted.push(Granted { path, directory: kind.is_dir() });
+        } else if kind.is_dir() {
+            split(&path, &below, granted, links);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tree(root: &Path, paths: &[&str]) {
+        for path in paths {
+            let path = root.join(path);
+            if path.to_string_lossy().ends_with('/') {
+                std::fs::create_dir_all(&path).unwrap();
+            } else {
+                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                std::fs::write(&path, "x").unwrap();
+            }
+        }
+    }
+
+    /// The allow-list is built one level deeper where a denied path is
+    /// nested: `~/.config` is split to leave out `~/.config/gh`, `~/.cargo`
+    /// to leave out its credentials; the rest is granted whole; links are
+    /// not granted; a denied path that does not exist splits nothing below it.
+    #[test]
+    fn the_allow_list_is_split_where_a_denied_path_lies() {
+        let top = tempfile::tempdir().unwrap();
+        let top = top.path().canonicalize().unwrap();
+        tree(
+            &top,
+            &[
+                "home/.ssh/id_ed25519",
+                "home/.config/gh/hosts.yml",
+                "home/.config/nvim/init.lua",
+                "home/.cargo/credentials.toml",
+                "home/.cargo/bin/",
+                "home/projects/a/",
+                "home/.bashrc",
+                "other/x",
+            ],
+        );
+        std::os::unix::fs::symlink(top.join("home/.ssh"), top.join("home/ssh-link")).unwrap();
+        let home = top.join("home");
+        let denials = ReadDenials::new(Some(&home), &[]);
+        let granted = readable_beneath(&top, denials.paths());
+        let relative: Vec<(String, bool)> = granted
+            .iter()
+            .map(|granted| (granted.path.strip_prefix(&top).unwrap().display().to_string(), granted.directory))
+            .collect();
+        let expected = [
+            ("home/.bashrc", false),
+            ("home/.cargo/bin", true),
+            ("home/.config/nvim", true),
+            ("home/projects", true),
+            ("other", true),
+        ];
+        assert_eq!(relative, expected.map(|(path, directory)| (path.to_owned(), directory)), "{granted:?}");
+        // Nothing at or above a denied path; the top itself when nothing is denied.
+        assert!(readable_beneath(&home.join(".ssh"), denials.paths()).is_empty());
+        let other = readable_beneath(&top.join("other"), denials.paths());
+        assert_eq!(other, [Granted { path: top.join("other"), directory: true }]);
+        // A name that merely starts like a denied one is not denied.
+        assert!(at_or_below(b"/h/.ssh/x", b"/h/.ssh") && !at_or_below(b"/h/.sshd", b"/h/.ssh"));
+        assert!(at_or_below(b"/h", b"/"));
+    }
+
+    /// The allow-list follows a link met on the way to a denied path: a
+    /// denied `~/.ssh` that is a link to `/vault`, and a `~/.config` that is
+    /// a link to a dotfiles folder, leave out what they lead to.
+    #[test]
+    fn the_allow_list_follows_links_to_denied_paths() {
+        let top = tempfile::tempdir().unwrap();
+        let top = top.path().canonicalize().unwrap();
+        tree(&top, &["vault/key", "home/dotfiles/config/gh/hosts.yml", "home/dotfiles/config/nvim/init.lua", "home/a"]);
+        std::os::unix::fs::symlink(top.join("vault"), top.join("home/.ssh")).unwrap();
+        std::os::unix::fs::symlink("dotfiles/config", top.join("home/.config")).unwrap();
+        let granted = readable_beneath(&top, &named(Some(&top.join("home")), &[]));
+        let relative: Vec<String> =
+            granted.iter().map(|granted| granted.path.strip_prefix(&top).unwrap().display().to_string()).collect();
+        assert_eq!(relative, ["home/a", "home/dotfiles/config/nvim"], "{granted:?}");
+    }
+
+    /// A denied link is denied where it leads too; a root overrides a denial.
+    #[test]
+    fn links_are_denied_where_they_lead_and_roots_win() {
+        let top = tempfile::tempdir().unwrap();
+        let top = top.path().canonicalize().unwrap();
+        tree(&top, &["vault/key", "home/project/.ssh/x"]);
+        std::os::unix::fs::symlink(top.join("vault"), top.join("home/.ssh")).unwrap();
+        let denials = ReadDenials::new(Some(&top.join("home")), &[top.join("home/project/.ssh")]);
+        assert!(denials.paths().contains(&top.join("vault")), "{denials:?}");
+        assert_eq!(denials.covering(&top.join("vault/key"), &[]), Some(top.join("vault").as_path()));
+        assert_eq!(denials.covering(&top.join("home/.bashrc"), &[]), None);
+        let inside = top.join("home/project/.ssh/x");
+        assert!(denials.covering(&inside, &[]).is_some());
+        assert_eq!(denials.covering(&inside, &[top.join("home/project")]), None, "the user opened it");
+        assert!(denials.any_beneath(&top.join("home")));
+        assert!(!denials.any_beneath(&top.join("home/notes")));
+    }
+}
