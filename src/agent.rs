@@ -683,9 +683,20 @@ impl Turn<'_> {
                     self.finish_call(&call.id, refusal);
                     return Err((for_model, flow));
                 }
-                let mut choices = lock(workspace.policy).options(&description.access, workspace.roots);
-                let mut title = description.title.clone();
-                let mut preview = description.preview.clone();
+                let (mut choices, caution) = {
+                    let policy = lock(workspace.policy);
+                    let access = &description.access;
+                    (policy.options(access, workspace.roots), policy.caution(access, workspace.roots))
+                };
+                // Why this asks whatever was remembered, said first.
+                let (mut title, mut preview) = match caution {
+                    Some(why) => {
+                        let mut preview = vec![DisplayContent::Text(format!("**Asked every time:** {why}."))];
+                        preview.extend(description.preview.iter().cloned());
+                        (format!("{} — {why}", description.title), preview)
+                    }
+                    None => (description.title.clone(), description.preview.clone()),
+                };
                 if from_text {
                     // Nothing to remember: the next such call asks again.
                     choices.retain(|choice| choice.answer != Answer::AllowAlways);

@@ -10,6 +10,14 @@
 //! asks, whatever was remembered). `[sandbox] mode = "required"` keeps every
 //! command in, full-auto too, and refuses every request to leave.
 //!
+//! Two kinds of path ask in every mode but full-auto, whatever was
+//! remembered, and the question says why ([`Policy::caution`]): writing
+//! what makes git or lathe run something later (a hook, git's config,
+//! `.lathe/`: `crate::sandbox::protected`, the same list the sandbox mounts
+//! read-only), and reading what the sandbox keeps from commands (credentials
+//! and lathe's own files: `crate::sandbox::secrets`), so that the boundary
+//! does not depend on the tool the model picks.
+//!
 //! Also the [`Approver`] seam through which the agent asks the user; `acp`
 //! implements it with `session/request_permission`. This module knows tool
 //! access descriptions but nothing of ACP, the model or how tools run.
@@ -20,7 +28,8 @@ use std::path::PathBuf;
 use futures_util::future::BoxFuture;
 
 use crate::fs_guard::Target;
-use crate::sandbox::Confinement;
+use crate::sandbox::protected::{self, Protection};
+use crate::sandbox::{Confinement, ReadDenials};
 use crate::tools::shell::CommandRule;
 use crate::tools::{Access, DisplayContent, Location, Tool, ToolKind, paths, shell};
 
@@ -175,6 +184,7 @@ impl Rule {
 pub struct Policy {
     mode: Mode,
     confinement: Confinement,
+    denials: ReadDenials,
     allowed: HashSet<Rule>,
     rejected: HashSet<Rule>,
 }
@@ -208,12 +218,47 @@ fn external_refusal(mode: Mode) -> String {
 impl Policy {
     /// A policy in `mode` with nothing remembered.
     pub fn new(mode: Mode) -> Self {
-        Self { mode, confinement: Confinement::Off, allowed: HashSet::new(), rejected: HashSet::new() }
+        Self {
+            mode,
+            confinement: Confinement::Off,
+            denials: ReadDenials::default(),
+            allowed: HashSet::new(),
+            rejected: HashSet::new(),
+        }
     }
 
     /// Says what the command sandbox amounts to (no sandbox until told).
     pub fn set_confinement(&mut self, confinement: Confinement) {
         self.confinement = confinement;
+    }
+
+    /// Says what sandboxed commands may not read: reading it with a file
+    /// tool asks too (nothing is denied until told).
+    pub fn set_read_denials(&mut self, denials: ReadDenials) {
+        self.denials = denials;
+    }
+
+    /// Why a call asks in every mode but full-auto whatever was remembered,
+    /// if it does: a write of a protected path (a git hook, git's config,
+    /// `.lathe/`), a read of a path the sandbox keeps from commands. A
+    /// phrase for the permission question ("a git hook: git runs ...").
+    pub fn caution(&self, access: &Access, roots: &[PathBuf]) -> Option<String> {
+        match access {
+            Access::Write(targets) => Policy::protected_write(targets, roots).map(|what| what.why().to_owned()),
+            Access::Read(targets) => targets.iter().find_map(|target| {
+                let denied = self.denials.covering(&target.real, &real_roots(roots))?;
+                Some(format!(
+                    "it may hold credentials: sandboxed commands cannot read `{}`, nor does lathe unasked",
+                    denied.display()
+                ))
+            }),
+            Access::Nothing | Access::Execute { .. } | Access::External { .. } | Access::Fetch { .. } => None,
+        }
+    }
+
+    /// Whether a write touches a protected path (see [`Policy::caution`]).
+    fn protected_write(targets: &[Target], roots: &[PathBuf]) -> Option<Protection> {
+        targets.iter().find_map(|target| protected::covering(&target.real, roots))
     }
 
     /// Whether a call with this access, allowed (by the policy, or by the
@@ -252,19 +297,24 @@ impl Policy {
             Access::Nothing => Verdict::Allow,
             Access::Read(paths) => {
                 let inside = all_inside(paths, roots);
+                let secret =
+                    paths.iter().any(|target| self.denials.covering(&target.real, &real_roots(roots)).is_some());
                 match self.mode {
-                    _ if inside => Verdict::Allow,
                     Mode::FullAuto => Verdict::Allow,
+                    _ if secret => Verdict::Ask,
+                    _ if inside => Verdict::Allow,
                     _ if remembered => Verdict::Allow,
                     Mode::ReadOnly | Mode::Plan | Mode::Ask | Mode::AcceptEdits | Mode::Auto => Verdict::Ask,
                 }
             }
             Access::Write(paths) => {
                 let inside = all_inside(paths, roots);
+                let protected = Policy::protected_write(paths, roots).is_some();
                 match self.mode {
                     Mode::ReadOnly => Verdict::Deny(READ_ONLY_REFUSAL.to_owned()),
                     Mode::Plan => Verdict::Deny(PLAN_REFUSAL.to_owned()),
                     Mode::FullAuto => Verdict::Allow,
+                    _ if protected => Verdict::Ask,
                     Mode::AcceptEdits | Mode::Auto if inside => Verdict::Allow,
                     _ if remembered => Verdict::Allow,
                     Mode::Ask | Mode::AcceptEdits | Mode::Auto => Verdict::Ask,
@@ -343,9 +393,11 @@ impl Policy {
             }
             return choices;
         }
-        // Read-only mode asks about every MCP call (see `judge`): an "always" would mean nothing.
-        let remembers =
-            !(matches!(self.mode, Mode::ReadOnly | Mode::Plan) && matches!(access, Access::External { .. }));
+        // Read-only and plan modes ask about every MCP call (see `judge`),
+        // and a cautioned call asks every time: an "always" would mean nothing.
+        let remembers = !(matches!(self.mode, Mode::ReadOnly | Mode::Plan)
+            && matches!(access, Access::External { .. }))
+            && self.caution(access, roots).is_none();
         let always = allow_rule(access, roots).filter(|_| remembers).and_then(|rule| match rule {
             Rule::Command(rule) => Some(format!("Always allow {}", rule.describe())),
             Rule::Tool(tool, Scope::Outside) => Some(format!("Always allow {} outside the project", verb(tool))),
@@ -419,6 +471,11 @@ fn verb(tool: Tool) -> &'static str {
         Tool::ExitPlanMode => "plan approvals",
         Tool::Task => "sub-agents",
     }
+}
+
+/// The roots as they really are (links followed), as denials are judged.
+fn real_roots(roots: &[PathBuf]) -> Vec<PathBuf> {
+    roots.iter().map(|root| Target::of(root).real).collect()
 }
 
 /// Whether every target stays inside the roots, judged on where it really
@@ -958,6 +1015,55 @@ mod tests {
         assert_eq!(policy.judge(&mcp("publish", false), &roots()), Verdict::Ask);
         assert_eq!(policy.judge(&web("https://docs.rs/", "docs.rs", false), &roots()), Verdict::Ask);
         assert_eq!(Mode::ALL.map(Mode::id), ["read-only", "plan", "ask", "accept-edits", "auto", "full-auto"]);
+    }
+
+    /// Issues 25 and 29: writing what git runs (a hook, its config) and
+    /// reading what the sandbox keeps from commands (a key) ask in every mode
+    /// but full-auto, whatever "always" was given, offer no "always", and say
+    /// why; read-only mode refuses the write. Other paths keep their rules.
+    #[test]
+    fn what_git_runs_and_credentials_ask_every_time() {
+        let root = tempfile::tempdir().unwrap();
+        let home = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join(".git/hooks")).unwrap();
+        std::fs::create_dir_all(home.path().join(".ssh")).unwrap();
+        let roots = vec![root.path().to_path_buf()];
+        let write = |path: &str| Access::Write(vec![Target::of(&root.path().join(path))]);
+        let read = |path: &str| Access::Read(vec![Target::of(&home.path().join(path))]);
+        let (hook, config, plain) = (write(".git/hooks/pre-commit"), write(".git/config"), write("src/a.rs"));
+        let (key, notes) = (read(".ssh/id_ed25519"), read("notes.txt"));
+        for mode in Mode::ALL {
+            let mut policy = Policy::new(mode);
+            policy.set_read_denials(ReadDenials::new(Some(home.path()), &[]));
+            policy.remember(&plain, &roots, Answer::AllowAlways);
+            policy.remember(&notes, &roots, Answer::AllowAlways);
+            let (protected, secret) = match mode {
+                Mode::ReadOnly => (Verdict::Deny(READ_ONLY_REFUSAL.to_owned()), Verdict::Ask),
+                Mode::Plan => (Verdict::Deny(PLAN_REFUSAL.to_owned()), Verdict::Ask),
+                Mode::FullAuto => (Verdict::Allow, Verdict::Allow),
+                Mode::Ask | Mode::AcceptEdits | Mode::Auto => (Verdict::Ask, Verdict::Ask),
+            };
+            assert_eq!(policy.judge(&hook, &roots), protected, "{mode:?}");
+            assert_eq!(policy.judge(&config, &roots), protected, "{mode:?}");
+            assert_eq!(policy.judge(&key, &roots), secret, "{mode:?}");
+            if !matches!(mode, Mode::ReadOnly | Mode::Plan) {
+                assert_eq!(policy.judge(&plain, &roots), Verdict::Allow, "{mode:?}: remembered");
+            }
+            assert_eq!(policy.judge(&notes, &roots), Verdict::Allow, "{mode:?}: remembered");
+            for access in [&hook, &key] {
+                let ids: Vec<&str> = policy.options(access, &roots).iter().map(|c| c.id).collect();
+                assert!(!ids.contains(&"allow_always"), "{mode:?}: {ids:?}");
+            }
+            assert!(policy.caution(&hook, &roots).is_some_and(|why| why.contains("a git hook")));
+            assert!(policy.caution(&key, &roots).is_some_and(|why| why.contains("credentials")));
+            assert_eq!(policy.caution(&plain, &roots), None);
+        }
+        // A key inside a session root is the user's to read: no caution.
+        let mut policy = Policy::new(Mode::Auto);
+        policy.set_read_denials(ReadDenials::new(Some(home.path()), &[]));
+        let home_root = vec![home.path().to_path_buf()];
+        assert_eq!(policy.judge(&key, &home_root), Verdict::Allow);
+        assert_eq!(policy.caution(&key, &home_root), None);
     }
 
     #[test]

@@ -25,6 +25,11 @@
 //! regular file of sane size is left out (counted as unreadable), and a
 //! search whose base or ancestors hold one is refused; only a swap between
 //! that check and the walker's own read remains.
+//!
+//! A walk leaves out what sandboxed commands may not read (credentials,
+//! lathe's own files: `crate::sandbox::secrets`) and says so, unless the
+//! walk's base lies in such a path (the user was asked about it) or the
+//! entry lies inside a session root ([`KeptOut`]).
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
@@ -47,6 +52,7 @@ use super::{Access, Description, DisplayContent, Location, Refusal, ToolContext,
 use super::{lenient, paths};
 use crate::cancel::{Cancelled, OrCancel as _};
 use crate::platform::authority::{Found, Target, open_searchable};
+use crate::sandbox::ReadDenials;
 use crate::sync::lock;
 
 /// Deepest `depth` `list_directory` accepts; deeper trees are `glob`'s job.
@@ -261,6 +267,7 @@ pub async fn list_directory(args: ListDirectoryArgs, target: &Target, ctx: &Tool
         return *refusal;
     }
     let job = ListJob {
+        kept_out: KeptOut::for_walk(target, ctx),
         dir: target.clone(),
         cwd: ctx.cwd.to_path_buf(),
         depth: args.depth.unwrap_or(1).clamp(1, MAX_LIST_DEPTH),
@@ -286,6 +293,7 @@ pub async fn glob(args: GlobArgs, target: &Target, ctx: &ToolContext<'_>) -> Too
         Err(refusal) => return *refusal,
     };
     let job = GlobJob {
+        kept_out: KeptOut::for_walk(target, ctx),
         base: target.clone(),
         cwd: ctx.cwd.to_path_buf(),
         pattern: args.pattern,
@@ -337,6 +345,7 @@ pub async fn grep(args: GrepArgs, target: &Target, ctx: &ToolContext<'_>) -> Too
         Err(refusal) => return *refusal,
     };
     let job = GrepJob {
+        kept_out: KeptOut::for_walk(target, ctx),
         base: target.clone(),
         cwd: ctx.cwd.to_path_buf(),
         pattern: args.pattern,
@@ -490,12 +499,78 @@ fn check_ignore_files(base: &Target, cwd: &Path) -> Option<String> {
     ))
 }
 
+/// What a walk leaves out: the paths sandboxed commands may not read, which
+/// a walk of a wider directory the user allowed (`grep` in `~`) should not
+/// read either. Empty when the walk's base itself lies in one (the user was
+/// asked about exactly that) or holds none.
+#[derive(Debug, Default)]
+struct KeptOut {
+    denials: ReadDenials,
+    roots: Vec<PathBuf>,
+    seen: Mutex<Vec<PathBuf>>,
+}
+
+/// Kept-out paths named in a walk's note at most.
+const KEPT_OUT_NAMED: usize = 5;
+
+impl KeptOut {
+    fn for_walk(base: &Target, ctx: &ToolContext<'_>) -> Option<Arc<KeptOut>> {
+        let denials = ctx.host.launcher().read_denials();
+        let roots: Vec<PathBuf> = ctx.roots.iter().map(|root| Target::of(root).real).collect();
+        if denials.covering(&base.real, &roots).is_some() || !denials.any_beneath(&base.real) {
+            return None;
+        }
+        Some(Arc::new(KeptOut { denials, roots, seen: Mutex::new(Vec::new()) }))
+    }
+
+    /// Whether the walk leaves `path` out (and remembers it for the note).
+    fn keeps_out(&self, path: &Path) -> bool {
+        if self.denials.covering(path, &self.roots).is_none() {
+            return false;
+        }
+        lock(&self.seen).push(path.to_path_buf());
+        true
+    }
+
+    /// What the model is told about what was left out.
+    fn note(kept_out: Option<&KeptOut>, cwd: &Path) -> String {
+        let Some(kept_out) = kept_out else { return String::new() };
+        let mut seen = lock(&kept_out.seen).clone();
+        if seen.is_empty() {
+            return String::new();
+        }
+        seen.sort();
+        let named: Vec<String> =
+            seen.iter().take(KEPT_OUT_NAMED).map(|path| format!("`{}`", paths::display(path, cwd))).collect();
+        let more = if seen.len() > KEPT_OUT_NAMED {
+            format!(" and {} more", seen.len() - KEPT_OUT_NAMED)
+        } else {
+            String::new()
+        };
+        format!(
+            "\n[left out: {}{more}: they may hold credentials, which sandboxed commands cannot read either; \
+             read_file asks the user for one]",
+            named.join(", ")
+        )
+    }
+}
+
 /// Keeps the walker out of directories whose ignore files it must not read
-/// (see [`unsafe_ignore_file`]), counting them in `skipped`.
-fn skip_unsafe_directories(builder: &mut WalkBuilder, skipped: &Arc<AtomicU64>, also: fn(&DirEntry) -> bool) {
+/// (see [`unsafe_ignore_file`]), counting them in `skipped`, and out of what
+/// `kept_out` says.
+fn skip_unsafe_directories(
+    builder: &mut WalkBuilder,
+    skipped: &Arc<AtomicU64>,
+    also: fn(&DirEntry) -> bool,
+    kept_out: Option<&Arc<KeptOut>>,
+) {
     let skipped = Arc::clone(skipped);
+    let kept_out = kept_out.cloned();
     builder.filter_entry(move |entry| {
         if !also(entry) {
+            return false;
+        }
+        if entry.depth() > 0 && kept_out.as_ref().is_some_and(|kept_out| kept_out.keeps_out(entry.path())) {
             return false;
         }
         let is_dir = entry.file_type().is_some_and(|kind| kind.is_dir());
@@ -508,14 +583,14 @@ fn skip_unsafe_directories(builder: &mut WalkBuilder, skipped: &Arc<AtomicU64>, 
 }
 
 /// Walker settings shared by `glob` and `grep`.
-fn walker(base: &Path, show_hidden: bool, skipped: &Arc<AtomicU64>) -> WalkParallel {
+fn walker(base: &Path, show_hidden: bool, skipped: &Arc<AtomicU64>, kept_out: Option<&Arc<KeptOut>>) -> WalkParallel {
     let mut builder = WalkBuilder::new(base);
     if show_hidden {
         builder.hidden(false);
         // Git's own store is never what a hidden-file search is after.
-        skip_unsafe_directories(&mut builder, skipped, |entry| entry.file_name() != ".git");
+        skip_unsafe_directories(&mut builder, skipped, |entry| entry.file_name() != ".git", kept_out);
     } else {
-        skip_unsafe_directories(&mut builder, skipped, |_| true);
+        skip_unsafe_directories(&mut builder, skipped, |_| true, kept_out);
     }
     builder.build_parallel()
 }
@@ -634,6 +709,7 @@ impl PathFilter {
 
 /// A `list_directory` call, ready to run off the async threads.
 struct ListJob {
+    kept_out: Option<Arc<KeptOut>>,
     dir: Target,
     cwd: PathBuf,
     depth: usize,
@@ -654,12 +730,16 @@ impl ListJob {
             // No ignore files are read at all.
             builder.standard_filters(false);
             // Show `.git/` itself, never its contents.
-            builder.filter_entry(|entry| entry.path().parent().and_then(Path::file_name) != Some(".git".as_ref()));
+            let kept_out = self.kept_out.clone();
+            builder.filter_entry(move |entry| {
+                entry.path().parent().and_then(Path::file_name) != Some(".git".as_ref())
+                    && !kept_out.as_ref().is_some_and(|kept_out| kept_out.keeps_out(entry.path()))
+            });
         } else {
             if let Some(message) = check_ignore_files(&self.dir, &self.cwd) {
                 return ToolOutcome::failed(message);
             }
-            skip_unsafe_directories(&mut builder, &skipped, |_| true);
+            skip_unsafe_directories(&mut builder, &skipped, |_| true, self.kept_out.as_ref());
         }
         let mut entries: Vec<(PathBuf, bool)> = Vec::new();
         let mut unreadable = 0u64;
@@ -709,6 +789,7 @@ impl ListJob {
         if unreadable > 0 {
             let _ = writeln!(text, "[{} could not be read]", plural(unreadable, "entry", "entries"));
         }
+        text.push_str(&KeptOut::note(self.kept_out.as_deref(), &self.cwd));
         let raw = json!({ "entries": total, "truncated": total > self.cap });
         listing(text.trim_end().to_owned(), None, raw)
     }
@@ -716,6 +797,7 @@ impl ListJob {
 
 /// A `glob` call, ready to run off the async threads.
 struct GlobJob {
+    kept_out: Option<Arc<KeptOut>>,
     base: Target,
     cwd: PathBuf,
     pattern: String,
@@ -757,7 +839,8 @@ impl GlobJob {
             }
             WalkState::Continue
         };
-        let workers = walk_parallel(walker(&self.base.real, show_hidden, &skipped), GlobWorker::default, &visit);
+        let walk = walker(&self.base.real, show_hidden, &skipped, self.kept_out.as_ref());
+        let workers = walk_parallel(walk, GlobWorker::default, &visit);
         if self.cancel.is_cancelled() || workers.iter().any(|w| w.cancelled) {
             return ToolOutcome::cancelled();
         }
@@ -792,6 +875,7 @@ impl GlobJob {
         if unreadable > 0 {
             let _ = writeln!(text, "[{} could not be read]", plural(unreadable, "entry", "entries"));
         }
+        text.push_str(&KeptOut::note(self.kept_out.as_deref(), &self.cwd));
         let raw = json!({ "files": total, "truncated": total > self.cap });
         listing(text.trim_end().to_owned(), None, raw)
     }
@@ -799,6 +883,7 @@ impl GlobJob {
 
 /// A `grep` call, ready to run off the async threads.
 struct GrepJob {
+    kept_out: Option<Arc<KeptOut>>,
     base: Target,
     cwd: PathBuf,
     pattern: String,
@@ -962,6 +1047,10 @@ fn line_text(bytes: &[u8], matcher: Option<&RegexMatcher>) -> String {
 }
 
 impl GrepJob {
+    fn kept_out_note(&self) -> String {
+        KeptOut::note(self.kept_out.as_deref(), &self.cwd)
+    }
+
     fn run(self) -> ToolOutcome {
         if let Some(message) =
             check_base(&self.base, &self.cwd, false).or_else(|| check_ignore_files(&self.base, &self.cwd))
@@ -1000,7 +1089,8 @@ impl GrepJob {
             }
             WalkState::Continue
         };
-        let workers = walk_parallel(walker(&self.base.real, show_hidden, &self.skipped), make, &visit);
+        let walk = walker(&self.base.real, show_hidden, &self.skipped, self.kept_out.as_ref());
+        let workers = walk_parallel(walk, make, &visit);
         if self.cancel.is_cancelled() || workers.iter().any(|w| w.cancelled) {
             return ToolOutcome::cancelled();
         }
@@ -1081,7 +1171,7 @@ impl GrepJob {
         files.sort_unstable_by(|a, b| path_order(&a.0, &b.0));
         let total = files.len();
         if total == 0 {
-            let text = self.no_matches(binary) + &unreadable_note(unreadable);
+            let text = self.no_matches(binary) + &unreadable_note(unreadable) + &self.kept_out_note();
             return listing(text, None, json!({ "files": 0 }));
         }
         let mut text = String::new();
@@ -1096,6 +1186,7 @@ impl GrepJob {
             );
         }
         text.push_str(&unreadable_note(unreadable));
+        text.push_str(&self.kept_out_note());
         let locations = files
             .iter()
             .take(MAX_LOCATIONS)
@@ -1111,7 +1202,7 @@ impl GrepJob {
         let matches: u64 = workers.iter().map(|w| w.matches).sum();
         let files_with_matches: u64 = workers.iter().map(|w| w.files_with_matches).sum();
         if matches == 0 {
-            let text = self.no_matches(binary) + &unreadable_note(unreadable);
+            let text = self.no_matches(binary) + &unreadable_note(unreadable) + &self.kept_out_note();
             return listing(text, None, json!({ "matches": 0, "files": 0 }));
         }
         // Parallel walk order is arbitrary: sort for stable, readable output.
@@ -1177,6 +1268,7 @@ impl GrepJob {
             );
         }
         text.push_str(&unreadable_note(unreadable));
+        text.push_str(&self.kept_out_note());
         let raw = json!({ "matches": matches, "files": files_with_matches, "truncated": hidden > 0 });
         listing(text.trim_end().to_owned(), Some(locations), raw)
     }
@@ -1543,6 +1635,7 @@ mod tests {
 
         // The blocking walk notices the token on its own and stops.
         let job = GrepJob {
+            kept_out: None,
             base: Target::of(f.root()),
             cwd: f.root().to_path_buf(),
             pattern: "fn".to_owned(),
@@ -1557,6 +1650,7 @@ mod tests {
         };
         assert_eq!(job.run().status, OutcomeStatus::Cancelled);
         let job = GlobJob {
+            kept_out: None,
             base: Target::of(f.root()),
             cwd: f.root().to_path_buf(),
             pattern: "*".to_owned(),
