@@ -34,6 +34,7 @@ use crate::platform::authority::{self, Area};
 const SYSTEM: &str = include_str!("../prompts/system.md");
 const LEAN_SYSTEM: &str = include_str!("../prompts/lean/system.md");
 const ENVIRONMENT: &str = include_str!("../prompts/environment.md");
+const SANDBOX: &str = include_str!("../prompts/sandbox.md");
 
 /// What the prompt says about where the agent runs.
 #[derive(Debug, Clone)]
@@ -44,6 +45,10 @@ pub struct Environment<'a> {
     pub os: &'a str,
     /// The day the session started, e.g. `Wed, 02 Dec 2026`.
     pub date: &'a str,
+    /// What the command sandbox is, one sentence (see
+    /// `crate::sandbox::SessionSandbox::describe_for_model`); `None` when
+    /// commands run without one.
+    pub sandbox: Option<&'a str>,
 }
 
 impl Environment<'_> {
@@ -134,6 +139,11 @@ fn after_instructions(environment: &Environment<'_>, instructions: &[Instruction
     let cwd = environment.cwd.display().to_string();
     let filled = ENVIRONMENT.replace("{cwd}", &cwd).replace("{os}", environment.os).replace("{date}", environment.date);
     let mut rest = format!("\n{}", filled.trim_end());
+    if let Some(sandbox) = environment.sandbox {
+        // One more line of the environment: the prefix has a token budget.
+        rest.push('\n');
+        rest.push_str(SANDBOX.replace("{sandbox}", sandbox).trim_end());
+    }
     if !instructions.is_empty() {
         rest.push_str("\n\n");
         rest.push_str(INSTRUCTIONS.trim_end());
@@ -204,7 +214,7 @@ mod tests {
 
     #[test]
     fn fills_the_environment_and_is_deterministic() {
-        let env = Environment { cwd: Path::new("/work/project"), os: "linux", date: "Wed, 02 Dec 2026" };
+        let env = Environment { cwd: Path::new("/work/project"), os: "linux", date: "Wed, 02 Dec 2026", sandbox: None };
         let prompts = system_prompt(&env, &[]);
         for profile in [PromptProfile::Standard, PromptProfile::Lean] {
             let prompt = prompts.get(profile);
@@ -215,6 +225,21 @@ mod tests {
         }
         assert!(prompts.get(PromptProfile::Lean).len() < prompts.get(PromptProfile::Standard).len() / 2);
         assert_eq!(prompts, system_prompt(&env, &[]));
+    }
+
+    /// Issue 25: the sandbox's description, when there is one, is a line of
+    /// the environment in both profiles.
+    #[test]
+    fn the_sandbox_is_described_when_there_is_one() {
+        let described = "Shell sandbox: no network, credentials or git hooks.";
+        let env = Environment { cwd: Path::new("/p"), os: "linux", date: "d", sandbox: Some(described) };
+        let prompts = system_prompt(&env, &[]);
+        for profile in [PromptProfile::Standard, PromptProfile::Lean] {
+            let prompt = prompts.get(profile);
+            assert!(prompt.contains(&format!("\n- {described}")), "{prompt}");
+        }
+        let none = system_prompt(&Environment { sandbox: None, ..env }, &[]);
+        assert!(!none.get(PromptProfile::Standard).contains("sandbox"));
     }
 
     #[test]
@@ -236,7 +261,7 @@ mod tests {
         let texts: Vec<&str> = files.iter().map(|f| f.text.as_str()).collect();
         assert_eq!(texts, ["user rules", "repo rules", "crates rules", "core rules"]);
 
-        let env = Environment { cwd: &cwd, os: "linux", date: "d" };
+        let env = Environment { cwd: &cwd, os: "linux", date: "d", sandbox: None };
         let prompts = system_prompt(&env, &files);
         for profile in [PromptProfile::Standard, PromptProfile::Lean] {
             let prompt = prompts.get(profile);
@@ -261,7 +286,7 @@ mod tests {
     /// (override); the same bytes every time.
     #[test]
     fn the_clients_prompt_is_appended_or_replaces_the_instructions() {
-        let env = Environment { cwd: Path::new("/work/project"), os: "linux", date: "d" };
+        let env = Environment { cwd: Path::new("/work/project"), os: "linux", date: "d", sandbox: None };
         let files = [Instructions { path: PathBuf::from("/work/project/AGENTS.md"), text: "project rules".into() }];
         let own = system_prompt(&env, &files);
         let append = ClientPrompt { replace: false, text: "Answer in French.\n".into() };

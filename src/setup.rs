@@ -186,7 +186,13 @@ pub fn open_session(
 ) -> Arc<Session> {
     let instructions = &files.instructions;
     let Start { messages, choices, mode, journal, system, waiting, cost } = start;
-    let environment = Environment { cwd: &placement.cwd, os: std::env::consts::OS, date: &Environment::today() };
+    let roots: Vec<PathBuf> =
+        std::iter::once(placement.cwd.clone()).chain(placement.additional_directories.iter().cloned()).collect();
+    let sandbox = crate::sandbox::SessionSandbox::new(&config.sandbox, &roots, config.children.supervisor.as_deref())
+        .describe_for_model();
+    let date = Environment::today();
+    let environment =
+        Environment { cwd: &placement.cwd, os: std::env::consts::OS, date: &date, sandbox: sandbox.as_deref() };
     let prompt = system_prompt_with(&environment, instructions, system.as_ref());
     let mut conversation = Conversation::new(prompt, messages, journal);
     conversation.cost = cost;

@@ -726,25 +726,28 @@ impl SessionSandbox {
         &self.denials
     }
 
-    /// What the system prompt says about the sandbox, one short sentence
-    /// (the prompt has a token budget), or `None` when commands run without
-    /// one.
+    /// What the system prompt says about the sandbox, in as few tokens as
+    /// will do (the prefix has a token budget: BENCHMARKS.md, "Prompt
+    /// profiles"): what a command cannot reach ("Shell sandbox: no network,
+    /// credentials or git hooks."), or `None` when commands run without
+    /// one. Where it writes and the rest are in the note a refused command
+    /// gets ([`SandboxPolicy::describe`]).
     pub fn describe_for_model(&self) -> Option<String> {
         let policy = self.policy().ok()?;
-        let mut rules = Vec::new();
+        let mut kept = Vec::new();
         if !policy.network {
-            rules.push("no network");
+            kept.push("network");
         }
-        rules.push("no credentials");
-        rules.push(if policy.writable.len() > 1 {
-            "writes only in the project, temp dir and configured folders"
-        } else {
-            "writes only in the project and temp dir"
-        });
+        kept.push("credentials");
         if policy.applies(SandboxPart::Namespaces) {
-            rules.push("`.git` hooks and config read-only");
+            kept.push("git hooks");
         }
-        Some(format!("Shell commands run in a sandbox: {}.", rules.join(", ")))
+        let kept = match kept.split_last() {
+            Some((last, [])) => (*last).to_owned(),
+            Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+            None => String::new(),
+        };
+        Some(format!("Shell sandbox: no {kept}."))
     }
 
     /// What the user should be told once per session: that the sandbox is

@@ -221,23 +221,32 @@ struct Run<'a> {
 }
 
 /// Says in the outcome whether the command ran in the sandbox, and, when a
-/// sandboxed command failed with an access error in its output, that the
-/// sandbox may have refused it and how to ask to run it outside. What was
-/// seen is quoted: it is a reading of the output, not a certainty.
+/// sandboxed command failed with an access error in its output (or, with
+/// the network off, a failed lookup or connection), that the sandbox may
+/// have refused it (that it has no network) and how to ask to run it
+/// outside. What was seen is quoted: it is a reading of the output, not a
+/// certainty.
 fn report_sandbox(outcome: &mut ToolOutcome, run: &Run<'_>, ctx: &ToolContext<'_>) {
     if !run.sandboxed {
         return;
     }
     let mut denial = None;
+    let policy = ctx.host.launcher().sandbox().and_then(|sandbox| sandbox.policy().ok());
+    let offline = policy.is_some_and(|policy| !policy.network());
+    let network_failure = offline.then(|| crate::sandbox::suspected_network_failure(&outcome.for_model)).flatten();
     if outcome.status == OutcomeStatus::Failed
-        && let Some(line) = crate::sandbox::suspected_denial(&outcome.for_model)
+        && let Some(line) = network_failure.or_else(|| crate::sandbox::suspected_denial(&outcome.for_model))
     {
-        let policy = ctx.host.launcher().sandbox().and_then(|sandbox| sandbox.policy().ok());
         let rules = policy.map(|policy| format!(": {}", policy.describe())).unwrap_or_default();
+        let why = if offline {
+            "the sandbox may have refused it, and it has no network: a download, a package install or a name \
+             lookup fails in it"
+        } else {
+            "the sandbox may have refused it"
+        };
         outcome.for_model.push_str(&format!(
-            "\n\n[lathe] This command ran in the sandbox{rules}. Its output says `{line}`: the sandbox may have \
-             refused it. If it needs that access, call shell again with the same command and `outside_sandbox: \
-             true`; the user will be asked."
+            "\n\n[lathe] This command ran in the sandbox{rules}. Its output says `{line}`: {why}. If it needs \
+             that access, call shell again with the same command and `outside_sandbox: true`; the user will be asked."
         ));
         denial = Some(line);
     }
