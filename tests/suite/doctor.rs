@@ -8,6 +8,7 @@ use std::path::Path;
 
 use lathe::config::Config;
 use lathe::doctor::{DoctorArgs, Report, Status};
+use lathe::sandbox::Enforcement;
 use serde_json::{Value, json};
 
 use crate::support::mcp_server::{Fixture, HttpMcpServer};
@@ -49,6 +50,32 @@ fn text_of(report: &Report) -> String {
 
 fn models_route(mock: &MockOpenAi) {
     mock.route("GET", "/v1/models", Reply::Json(json!({"object": "list", "data": [{"id": "mock-model"}]})));
+}
+
+/// Issue 25: the sandbox line says what is enforced and what a command in
+/// it may do: no network, no credentials, read-only git hooks and config.
+#[tokio::test]
+async fn the_sandbox_line_says_what_it_enforces() {
+    let data = tempfile::tempdir().unwrap();
+    let mut config = config(&model_toml("http://127.0.0.1:9/v1"));
+    config.children.supervisor = Some(std::path::PathBuf::from(env!("CARGO_BIN_EXE_lathe")));
+    let report = doctor(config, data.path()).await;
+    let line = report.find("sandbox", None).unwrap();
+    let findings = lathe::sandbox::probe(Path::new(env!("CARGO_BIN_EXE_lathe")));
+    let status = findings.status(false);
+    match status.enforcement {
+        Enforcement::Full => {
+            assert_eq!(line.status, Status::Ok, "{line:?}");
+            for said in ["fully enforced", "no network", "`~/.ssh`", "`.git/hooks`", "seccomp"] {
+                assert!(line.detail.contains(said), "{said}: {}", line.detail);
+            }
+        }
+        Enforcement::Partial => {
+            assert_eq!(line.status, Status::Warn, "{line:?}");
+            assert!(line.detail.contains(&status.detail) && line.detail.contains("no network"), "{}", line.detail);
+        }
+        Enforcement::None => assert_eq!(line.status, Status::Warn, "{line:?}"),
+    }
 }
 
 #[tokio::test]
