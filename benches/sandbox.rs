@@ -1,15 +1,23 @@
-//! What the command sandbox costs at start-up (issue 14): `cargo bench
-//! --bench sandbox [-- RUNS]`.
+//! What the command sandbox costs at start-up (issues 14 and 25): `cargo
+//! bench --bench sandbox [-- RUNS]`.
 //!
 //! Starts `true` through the release `lathe` binary's trampoline the way
 //! lathe starts a shell command (`lathe sandbox-exec --parent <pid> -- true`),
-//! without and with the sandbox (`--sandbox --write <dir>... [--no-network]`,
-//! the policy of a session with one root), and, for scale, `true` alone. Each
-//! run is a spawn and a wait, timed on the wall clock; the variants take
-//! turns in a rotating order so that a change in the machine's load falls on
-//! all of them alike. Prints the median and quartiles of each (100 runs by
-//! default, after 5 unrecorded ones) and the load average before and after.
-//! BENCHMARKS.md has the method and the figures.
+//! without and with the sandbox (the policy of a session with one root that
+//! is a git repository: `--sandbox --root <dir> --write <temp> --home
+//! <HOME>`, with the network on and off), and, for scale, `true` alone.
+//! With `LATHE_BENCH_BASELINE=<path to another lathe>` (say, main's release
+//! binary), that binary's trampoline is timed in the same rotation, with the
+//! sandbox flags it knows (`--sandbox --write <dir> --write <temp>
+//! [--no-network]`), so that before and after are measured on the same
+//! machine at the same moment. Each run is a spawn and a wait, timed on the
+//! wall clock, and the CPU time its processes used is taken from the
+//! kernel's count for waited-for children (less sensitive to a loaded
+//! machine than the wall clock); the variants take turns in a rotating order so that a change
+//! in the machine's load falls on all of them alike. Prints the median and
+//! quartiles of each (200 runs by default, after 5 unrecorded ones), the
+//! median CPU time, and the load average before and after. BENCHMARKS.md has the method and the
+//! figures.
 
 // A benchmark fails loudly, and printing its table on stdout is its job.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
@@ -27,30 +35,61 @@ fn loadavg() -> String {
         .join(" ")
 }
 
+/// A git directory as `git init` leaves it, enough for the sandbox to
+/// protect its hooks, config and info.
+fn git_repository(root: &std::path::Path) {
+    for dir in [".git/hooks", ".git/info", ".git/objects", ".git/refs/heads"] {
+        std::fs::create_dir_all(root.join(dir)).unwrap();
+    }
+    std::fs::write(root.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+    std::fs::write(root.join(".git/config"), "[core]\n\trepositoryformatversion = 0\n").unwrap();
+}
+
 fn main() {
-    let runs: usize = std::env::args().skip(1).find_map(|arg| arg.parse().ok()).unwrap_or(100);
-    let lathe = env!("CARGO_BIN_EXE_lathe");
+    let runs: usize = std::env::args().skip(1).find_map(|arg| arg.parse().ok()).unwrap_or(200);
+    let lathe = PathBuf::from(env!("CARGO_BIN_EXE_lathe"));
+    let baseline = std::env::var_os("LATHE_BENCH_BASELINE").map(PathBuf::from);
     let root = tempfile::tempdir().unwrap();
+    git_repository(root.path());
     let parent = std::process::id().to_string();
-    let trampoline = |sandbox: &[&str]| {
+    let trampoline = |binary: &PathBuf, sandbox: &[&str]| {
         let mut args: Vec<String> = vec!["sandbox-exec".into(), "--parent".into(), parent.clone()];
         args.extend(sandbox.iter().map(|arg| (*arg).to_owned()));
         args.extend(["--".into(), "true".into()]);
-        (PathBuf::from(lathe), args)
+        (binary.clone(), args)
     };
     let root_arg = root.path().to_str().unwrap();
     let temp = std::env::temp_dir();
     let temp_arg = temp.to_str().unwrap();
-    let variants: Vec<(&str, (PathBuf, Vec<String>))> = vec![
-        ("true alone", (PathBuf::from("true"), Vec::new())),
-        ("trampoline, no sandbox", trampoline(&[])),
-        ("trampoline, sandbox", trampoline(&["--sandbox", "--write", root_arg, "--write", temp_arg])),
-        (
-            "trampoline, sandbox, no network",
-            trampoline(&["--sandbox", "--write", root_arg, "--write", temp_arg, "--no-network"]),
-        ),
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/nonexistent".to_owned());
+    // As lathe runs them: with its keeper of mount namespaces (see src/sandbox/keeper.rs).
+    let keeper = lathe::sandbox::keeper::Keeper::get().map(|keeper| keeper.name().to_owned());
+    let unkept = ["--sandbox", "--root", root_arg, "--write", temp_arg, "--home", &home, "--no-network"];
+    let mut session: Vec<&str> = unkept[..unkept.len() - 1].to_vec();
+    if let Some(keeper) = &keeper {
+        session.extend(["--ns-keeper", keeper]);
+    }
+    let offline: Vec<&str> = session.iter().copied().chain(["--no-network"]).collect();
+    let mut variants: Vec<(String, (PathBuf, Vec<String>))> = vec![
+        ("true alone".into(), (PathBuf::from("true"), Vec::new())),
+        ("trampoline, no sandbox".into(), trampoline(&lathe, &[])),
+        ("trampoline, sandbox, network on".into(), trampoline(&lathe, &session)),
+        ("trampoline, sandbox, network off (the default)".into(), trampoline(&lathe, &offline)),
     ];
+    variants.push(("trampoline, sandbox, network off, no keeper".into(), trampoline(&lathe, &unkept)));
+    if let Some(baseline) = &baseline {
+        let old = ["--sandbox", "--write", root_arg, "--write", temp_arg];
+        let old_offline: Vec<&str> = old.iter().copied().chain(["--no-network"]).collect();
+        variants.push(("baseline: trampoline, no sandbox".into(), trampoline(baseline, &[])));
+        variants.push(("baseline: trampoline, sandbox".into(), trampoline(baseline, &old)));
+        variants.push(("baseline: trampoline, sandbox, no network".into(), trampoline(baseline, &old_offline)));
+    }
+    // Each run's wall-clock time and the CPU time (user and system) of the
+    // processes it started: the CPU time says what the start costs even
+    // when the machine is loaded, where the wall clock mostly measures the
+    // wait for a core.
     let time = |(program, args): &(PathBuf, Vec<String>)| {
+        let cpu_before = children_cpu();
         let started = Instant::now();
         let status = Command::new(program)
             .args(args)
@@ -61,48 +100,78 @@ fn main() {
             .unwrap();
         let elapsed = started.elapsed();
         assert!(status.success(), "{program:?} {args:?}: {status}");
-        elapsed
+        (elapsed, children_cpu().saturating_sub(cpu_before))
     };
-    let status = lathe::sandbox::probe(false);
-    eprintln!("sandbox: {} ({:?})", status.detail, status.enforcement);
+    let findings = lathe::sandbox::probe(&lathe);
+    eprintln!("sandbox: {}", findings.status(false).detail);
     let load_before = loadavg();
-    let mut samples: Vec<Vec<Duration>> = vec![Vec::with_capacity(runs); variants.len()];
+    let mut walls: Vec<Vec<Duration>> = vec![Vec::with_capacity(runs); variants.len()];
+    let mut cpus: Vec<Vec<Duration>> = vec![Vec::with_capacity(runs); variants.len()];
     for round in 0..runs + 5 {
         for offset in 0..variants.len() {
             let index = (round + offset) % variants.len();
-            let elapsed = time(&variants[index].1);
+            let (wall, cpu) = time(&variants[index].1);
             if round >= 5 {
-                samples[index].push(elapsed);
+                walls[index].push(wall);
+                cpus[index].push(cpu);
             }
         }
     }
     let load_after = loadavg();
     let micros = |d: Duration| d.as_secs_f64() * 1e6;
     let quantile = |sorted: &[Duration], q: f64| sorted[((sorted.len() - 1) as f64 * q).round() as usize];
-    let medians: Vec<f64> = samples
-        .iter_mut()
-        .map(|s| {
-            s.sort();
-            micros(quantile(s, 0.5))
-        })
-        .collect();
+    let median_of = |all: &mut Vec<Vec<Duration>>| -> Vec<f64> {
+        all.iter_mut()
+            .map(|s| {
+                s.sort();
+                micros(quantile(s, 0.5))
+            })
+            .collect()
+    };
+    let medians = median_of(&mut walls);
+    let cpu_medians = median_of(&mut cpus);
+    // Each sandboxed variant is compared with the trampoline of its own
+    // binary, and with the baseline's sandbox when there is one.
+    let position = |wanted: &str| variants.iter().position(|(name, _)| name == wanted);
+    let unsandboxed = |name: &str| {
+        let prefix = if name.starts_with("baseline: ") { "baseline: " } else { "" };
+        position(&format!("{prefix}trampoline, no sandbox"))
+    };
+    let old_sandbox = position("baseline: trampoline, sandbox, no network");
     println!(
-        "| start-up of `true` ({runs} runs each) | median µs | p25 µs | p75 µs | median added to the trampoline |"
+        "| start-up of `true` ({runs} runs each) | median µs | p25 µs | p75 µs | median added to the trampoline | \
+         CPU median µs | CPU added to the baseline's sandbox |"
     );
-    println!("|---|---:|---:|---:|---:|");
-    for ((name, _), (sorted, median)) in variants.iter().zip(samples.iter().zip(&medians)) {
-        let added = if name.starts_with("trampoline, sandbox") {
-            format!("{:+.0} µs", median - medians[1])
-        } else {
-            String::new()
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for (index, (name, _)) in variants.iter().enumerate() {
+        let sandboxed = name.contains(", sandbox");
+        let added = match unsandboxed(name) {
+            Some(base) if sandboxed => format!("{:+.0} µs", medians[index] - medians[base]),
+            _ => String::new(),
+        };
+        let cpu_added = match old_sandbox {
+            Some(old) if sandboxed && !name.starts_with("baseline: ") => {
+                format!("{:+.0} µs", cpu_medians[index] - cpu_medians[old])
+            }
+            _ => String::new(),
         };
         println!(
-            "| {name} | {median:.0} | {:.0} | {:.0} | {added} |",
-            micros(quantile(sorted, 0.25)),
-            micros(quantile(sorted, 0.75))
+            "| {name} | {:.0} | {:.0} | {:.0} | {added} | {:.0} | {cpu_added} |",
+            medians[index],
+            micros(quantile(&walls[index], 0.25)),
+            micros(quantile(&walls[index], 0.75)),
+            cpu_medians[index],
         );
     }
     println!("load average before: {load_before}; after: {load_after}; {} cores", num_cores());
+}
+
+/// The CPU time (user and system) of the children waited for so far.
+fn children_cpu() -> Duration {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let usage = getrusage(UsageWho::RUSAGE_CHILDREN).unwrap();
+    let time = |t: nix::sys::time::TimeVal| Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000);
+    time(usage.user_time()) + time(usage.system_time())
 }
 
 fn num_cores() -> usize {
