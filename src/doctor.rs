@@ -544,7 +544,13 @@ fn check_sandbox(report: &mut Report, config: &Config) {
     let status = sandbox.status();
     let mode = config.sandbox.mode;
     // What a command in it may do, as the model is told.
-    let rules = sandbox.policy().map(|policy| format!("; in it {}", policy.describe())).unwrap_or_default();
+    let rules = sandbox
+        .policy()
+        .map(|policy| {
+            let rules = policy.describe();
+            format!("; a command in it {}", rules.strip_prefix("it ").unwrap_or(&rules))
+        })
+        .unwrap_or_default();
     let (level, what) = match (mode, status.enforcement) {
         (SandboxMode::Off, _) => (Status::Ok, "off ([sandbox] mode = \"off\"): commands run unconfined".to_owned()),
         (_, Enforcement::Full) => (Status::Ok, format!("fully enforced ({}){rules}", status.detail)),
