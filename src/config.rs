@@ -1870,6 +1870,7 @@ max_output_tokens = 8192
         assert!(config.models.len() >= 6, "presets for OpenAI, OpenRouter, Ollama, vLLM, llama.cpp, LM Studio");
         assert_eq!(config.mcp, McpSettings::default());
         assert_eq!(config.tools, ToolSettings { fetch: true });
+        assert!(!config.sandbox.network, "the example keeps the default: sandboxed commands have no network");
         assert_eq!(config.sessions, SessionSettings::default(), "sessions are kept unless keep_days is set");
         let pruning = text.replace("\n# keep_days = 90\n", "\nkeep_days = 90\n");
         let pruning = Config::from_toml_str(&pruning, Path::new("config.example.toml"), &no_env).unwrap();
