@@ -567,14 +567,14 @@ async fn the_lean_profile_is_a_small_byte_stable_prefix() {
     let bpe = bpe.join().unwrap().unwrap();
     let tokens = prefix_tokens(&bpe, system, tools);
     eprintln!("lean prefix: {tokens} tokens ({} tools)", names(tools).len());
-    assert!(tokens < 1200, "lean prefix is {tokens} tokens");
+    assert!(tokens < 1220, "lean prefix is {tokens} tokens");
 
     // In plan mode `exit_plan_mode` joins the tools, for the rest of the
     // session: its own budget (BENCHMARKS.md, "Prompt profiles").
     let (system, tools) = plan_mode_prefix(&mut h, &session).await;
     let tokens = prefix_tokens(&bpe, &system, &tools);
     eprintln!("lean prefix in plan mode: {tokens} tokens");
-    assert!(tokens < 1260, "lean prefix in plan mode is {tokens} tokens");
+    assert!(tokens < 1280, "lean prefix in plan mode is {tokens} tokens");
 }
 
 /// The o200k tokens of a request's system message text and tool definitions.
@@ -620,12 +620,12 @@ async fn the_standard_prefix_with_fetch_stays_within_its_budget() {
     let bpe = bpe.join().unwrap().unwrap();
     let tokens = prefix_tokens(&bpe, system, tools);
     eprintln!("standard prefix: {tokens} tokens ({} tools)", offered.len());
-    assert!(tokens <= 3000, "standard prefix is {tokens} tokens");
+    assert!(tokens <= 3020, "standard prefix is {tokens} tokens");
 
     let (system, tools) = plan_mode_prefix(&mut h, &session).await;
     let tokens = prefix_tokens(&bpe, &system, &tools);
     eprintln!("standard prefix in plan mode: {tokens} tokens");
-    assert!(tokens <= 3100, "standard prefix in plan mode is {tokens} tokens");
+    assert!(tokens <= 3120, "standard prefix in plan mode is {tokens} tokens");
 }
 
 // ---------------------------------------------------------------------------
