@@ -1,4 +1,14 @@
-//! Link settings for lathe's binary: nothing is generated.
+//! What the binary says it is, and its link settings.
+//!
+//! What it is (`lathe --version`, `lathe doctor`; see `src/build_info.rs`):
+//! the commit, the target and the build date, as environment variables for
+//! the crate. The commit is `$LATHE_BUILD_COMMIT` when set (the dist build,
+//! `cargo xtask dist`, sets it), else what git says `HEAD` is when this
+//! directory is a git checkout's top level (a clone), else `unknown` (a
+//! source tarball). The date is the UTC day of `$SOURCE_DATE_EPOCH` (the dist
+//! build sets it to the commit's time, so two builds of one commit say the
+//! same); without it the binary says it was built from source. Never the
+//! clock: the same sources give the same binary.
 //!
 //! In optimised builds on Linux:
 //!
@@ -23,6 +33,7 @@ use std::process::{Command, Stdio};
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    build_info();
     let linux = std::env::var("CARGO_CFG_TARGET_OS").is_ok_and(|os| os == "linux");
     let optimised = std::env::var("PROFILE").is_ok_and(|profile| profile == "release");
     if linux && optimised {
@@ -59,4 +70,81 @@ fn packed_relocations_work() -> bool {
         .status()
         .is_ok_and(|status| status.success());
     linked && Command::new(&program).status().is_ok_and(|status| status.success())
+}
+
+/// Sets `LATHE_BUILD_COMMIT`, `LATHE_BUILD_TARGET`, `LATHE_BUILD_DATE` (empty
+/// when unknown) and `LATHE_BUILD_SUMMARY` (the one line `--version` prints
+/// after the name) for the crate.
+fn build_info() {
+    println!("cargo:rerun-if-env-changed=LATHE_BUILD_COMMIT");
+    println!("cargo:rerun-if-env-changed=SOURCE_DATE_EPOCH");
+    let version = std::env::var("CARGO_PKG_VERSION").unwrap_or_default();
+    let target = std::env::var("TARGET").unwrap_or_else(|_| "unknown-target".to_owned());
+    let commit = match std::env::var("LATHE_BUILD_COMMIT") {
+        Ok(commit) if !commit.trim().is_empty() => commit.trim().to_owned(),
+        _ => git_commit().unwrap_or_else(|| "unknown".to_owned()),
+    };
+    let date = std::env::var("SOURCE_DATE_EPOCH")
+        .ok()
+        .and_then(|epoch| epoch.trim().parse::<i64>().ok())
+        .map(utc_day)
+        .unwrap_or_default();
+    let built = if date.is_empty() { "built from source".to_owned() } else { format!("built {date}") };
+    println!("cargo:rustc-env=LATHE_BUILD_COMMIT={commit}");
+    println!("cargo:rustc-env=LATHE_BUILD_TARGET={target}");
+    println!("cargo:rustc-env=LATHE_BUILD_DATE={date}");
+    println!("cargo:rustc-env=LATHE_BUILD_SUMMARY={version} (commit {commit}, {target}, {built})");
+}
+
+/// `HEAD`'s commit (12 hex digits) when this package's directory is the top
+/// level of a git work tree (not a tarball unpacked inside some other
+/// repository), and the files that change when `HEAD` moves are watched.
+fn git_commit() -> Option<String> {
+    let dir = std::env::var_os("CARGO_MANIFEST_DIR")?;
+    let git = |args: &[&str]| -> Option<String> {
+        let output = Command::new("git").arg("-C").arg(&dir).args(args).stderr(Stdio::null()).output().ok()?;
+        let text = String::from_utf8(output.stdout).ok()?;
+        (output.status.success() && !text.trim().is_empty()).then(|| text.trim().to_owned())
+    };
+    let top = git(&["rev-parse", "--show-toplevel"])?;
+    let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    };
+    if !same(Path::new(&top), Path::new(&dir)) {
+        return None;
+    }
+    // Rebuild when HEAD moves: HEAD itself (a checkout), the branch it
+    // names (a commit), and packed-refs (a gc). Paths as git gives them
+    // (a worktree keeps HEAD apart from the refs).
+    let mut watched = vec!["HEAD".to_owned(), "packed-refs".to_owned()];
+    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
+        watched.push(branch);
+    }
+    for name in watched {
+        // Relative to the directory git ran in; only files that exist (cargo
+        // reruns a script whose watched file is missing every time).
+        let Some(path) = git(&["rev-parse", "--git-path", &name]) else { continue };
+        let path = Path::new(&dir).join(path);
+        if path.is_file() {
+            println!("cargo:rerun-if-changed={}", path.display());
+        }
+    }
+    git(&["rev-parse", "--short=12", "HEAD"])
+}
+
+/// The UTC day (`YYYY-MM-DD`) of a Unix time, by the proleptic Gregorian
+/// calendar (Howard Hinnant's `civil_from_days`).
+fn utc_day(epoch: i64) -> String {
+    let days = epoch.div_euclid(86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
 }

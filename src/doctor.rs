@@ -119,13 +119,16 @@ impl Report {
         self.checks.push(Check { check: check.to_owned(), subject: subject.map(str::to_owned), status, detail });
     }
 
-    /// Writes the report: one line per check, or one JSON object.
+    /// Writes the report: what this binary is (version, commit, target,
+    /// build date), then one line per check; or one JSON object (the same
+    /// as `build`).
     pub fn write(&self, out: &mut dyn Write, as_json: bool) -> std::io::Result<()> {
         if as_json {
-            let value = json!({"ok": self.passed(), "checks": self.checks});
+            let value = json!({"ok": self.passed(), "build": crate::build_info::current(), "checks": self.checks});
             serde_json::to_writer_pretty(&mut *out, &value)?;
             return writeln!(out);
         }
+        writeln!(out, "lathe {}", crate::build_info::SUMMARY)?;
         let width = self.checks.iter().map(|c| label(c).chars().count()).max().unwrap_or(0);
         for check in &self.checks {
             // Details quote servers (errors, model names): escaped, one line each.
@@ -586,10 +589,17 @@ mod tests {
         let text = String::from_utf8(text).unwrap();
         assert!(!text.contains("sk-secret-123") && text.contains("[redacted]"), "{text}");
         assert!(text.contains("FAIL model m: auth"), "{text}");
+        // What was run comes first, so a pasted report says it.
+        let first = text.lines().next().unwrap();
+        assert_eq!(first, format!("lathe {}", crate::build_info::SUMMARY));
+        assert!(first.contains(crate::build_info::COMMIT) && first.contains(crate::build_info::TARGET), "{first}");
         let mut json = Vec::new();
         report.write(&mut json, true).unwrap();
         let value: serde_json::Value = serde_json::from_slice(&json).unwrap();
         assert_eq!(value["ok"], false);
+        assert_eq!(value["build"]["version"], env!("CARGO_PKG_VERSION"));
+        assert_eq!(value["build"]["target"], crate::build_info::TARGET);
+        assert_eq!(value["build"]["commit"], crate::build_info::COMMIT);
         assert_eq!(value["checks"][0]["status"], "fail");
         assert_eq!(value["checks"][1]["subject"], "model m");
     }

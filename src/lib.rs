@@ -71,6 +71,7 @@
 pub mod acp;
 pub mod agent;
 pub mod agents;
+pub mod build_info;
 pub mod cancel;
 pub mod checkpoint;
 pub mod child;

@@ -22,7 +22,7 @@ use lathe::config::{Config, ConfigOrigin, ConfigSource};
 /// running on this machine (Ollama, LM Studio, llama.cpp, vLLM). `lathe
 /// setup` writes a config.
 #[derive(Debug, Parser)]
-#[command(name = "lathe", version, about, long_about)]
+#[command(name = "lathe", version = lathe::build_info::SUMMARY, about, long_about)]
 struct Cli {
     /// What to do; without one, serve ACP on stdio.
     #[command(subcommand)]
@@ -132,7 +132,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if std::io::stdin().is_terminal() {
         greet(&config);
     }
-    tracing::info!(config = %config.source, model = %config.default_model, "lathe {} starting", env!("CARGO_PKG_VERSION"));
+    tracing::info!(config = %config.source, model = %config.default_model, "lathe {} starting", lathe::build_info::SUMMARY);
     let result = runtime.block_on(lathe::serve_stdio(config, shutdown_signal()));
     // Do not wait for blocking work (a search walker, say) that ignored cancellation.
     runtime.shutdown_timeout(Duration::from_millis(250));

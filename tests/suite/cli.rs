@@ -21,7 +21,38 @@ fn help_and_version() {
     }
     let version = lathe().arg("--version").output().unwrap();
     assert!(version.status.success());
-    assert_eq!(String::from_utf8(version.stdout).unwrap().trim(), format!("lathe {}", env!("CARGO_PKG_VERSION")));
+    let line = String::from_utf8(version.stdout).unwrap();
+    assert_eq!(line.trim(), format!("lathe {}", lathe::build_info::SUMMARY));
+    // The version, the commit, the target and how it was built, in words a
+    // bug report can carry.
+    let built = match lathe::build_info::DATE {
+        "" => "built from source".to_owned(),
+        date => format!("built {date}"),
+    };
+    let expected = format!(
+        "lathe {} (commit {}, {}, {built})",
+        env!("CARGO_PKG_VERSION"),
+        expected_commit(),
+        lathe::build_info::TARGET
+    );
+    assert_eq!(line.trim(), expected);
+    assert!(lathe::build_info::TARGET.contains('-'), "a target triple: {}", lathe::build_info::TARGET);
+}
+
+/// The commit `--version` should name: HEAD when this checkout is a git work
+/// tree of its own, `unknown` from a tarball.
+fn expected_commit() -> String {
+    let dir = env!("CARGO_MANIFEST_DIR");
+    let git = |args: &[&str]| {
+        let output = Command::new("git").arg("-C").arg(dir).args(args).output().ok()?;
+        output.status.success().then(|| String::from_utf8_lossy(&output.stdout).trim().to_owned())
+    };
+    let top = git(&["rev-parse", "--show-toplevel"]).map(std::path::PathBuf::from);
+    let ours = top.and_then(|top| top.canonicalize().ok()) == std::path::Path::new(dir).canonicalize().ok();
+    match ours.then(|| git(&["rev-parse", "--short=12", "HEAD"])).flatten() {
+        Some(commit) => commit,
+        None => "unknown".to_owned(),
+    }
 }
 
 #[test]

@@ -223,6 +223,10 @@ async fn the_binary_prints_json_and_exits_1_on_a_failure() {
     assert_eq!(output.status.code(), Some(1), "{}", String::from_utf8_lossy(&output.stderr));
     let report: Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(report["ok"], false);
+    // What was run: the binary's own version, commit and target.
+    assert_eq!(report["build"]["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(report["build"]["commit"], lathe::build_info::COMMIT);
+    assert_eq!(report["build"]["target"], lathe::build_info::TARGET);
     let auth = report["checks"].as_array().unwrap().iter().find(|c| c["check"] == "auth").unwrap();
     assert_eq!(auth["status"], "fail");
     assert!(!String::from_utf8_lossy(&output.stdout).contains(KEY));
