@@ -47,6 +47,8 @@
 //!   check its stdio framing and clean exit.
 //! - `file_safety::sigkill_during_large_writes_never_leaves_a_torn_file`
 //!   (stress tier): SIGKILL during a write.
+//! - `dist` (both tests): the binary with an empty environment (`env -i`),
+//!   and the release archive's binary when `LATHE_DIST_BIN` names it.
 //!
 //! The binary's command line, not the ACP server (`Command::new(lathe)`):
 //! `cli` (`--help`, `--version`, config errors and lookup, stdout purity of
@@ -81,6 +83,7 @@ mod cli;
 mod cli_sessions;
 mod concurrency;
 mod discovery;
+mod dist;
 mod doctor;
 mod edit_match;
 mod fetch;

@@ -188,7 +188,12 @@ impl Agent {
     /// Like [`spawn`](Self::spawn), but started through `wrapper` (a program
     /// and its arguments, the lathe binary and `args` appended), e.g. `prlimit`.
     pub fn spawn_via(wrapper: &[&str], args: &[&str], envs: &[(&str, &str)], home: &Path) -> Agent {
-        let mut command = Agent::command(wrapper, args, envs, home);
+        Agent::spawn_command(Agent::command(wrapper, args, envs, home))
+    }
+
+    /// Spawns `command` (any build of lathe, in whatever environment the
+    /// caller gave it) with piped stdio, killed when the `Agent` is dropped.
+    pub fn spawn_command(mut command: Command) -> Agent {
         command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
         let mut child = command.spawn().expect("spawn the lathe binary");
         let pid = child.id().expect("a freshly spawned child has a pid");
