@@ -25,8 +25,13 @@
 //!   needs glibc 2.36 or later at run time, so it is only asked for when a
 //!   probe program linked with it runs here; otherwise (an older glibc or
 //!   linker, a cross build) the binary is linked as before.
+//! - A static musl binary (`cargo xtask dist` links it with zig) is made
+//!   position-independent (static-pie) with `-fPIE` at link time: zig's
+//!   linker ignores the `-static-pie` rustc asks for and would make a
+//!   fixed-address executable, whose code no address randomisation moves.
+//!   (Its relocations stay RELA: zig's linker does not pack them.)
 //!
-//! Debug builds skip both (they cost link time).
+//! Debug builds skip these (they cost link time).
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -36,8 +41,12 @@ fn main() {
     build_info();
     let linux = std::env::var("CARGO_CFG_TARGET_OS").is_ok_and(|os| os == "linux");
     let optimised = std::env::var("PROFILE").is_ok_and(|profile| profile == "release");
+    let musl = std::env::var("CARGO_CFG_TARGET_ENV").is_ok_and(|env| env == "musl");
     if linux && optimised {
         println!("cargo:rustc-link-arg-bins=-Wl,--compress-debug-sections=zlib");
+        if musl {
+            println!("cargo:rustc-link-arg-bins=-fPIE");
+        }
         if packed_relocations_work() {
             println!("cargo:rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
         }
