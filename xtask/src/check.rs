@@ -174,8 +174,10 @@ fn check_binary(
     if no_turn || qemu.is_some() {
         return cleanup(&dir);
     }
+    // `--workspace`, as .ci/run builds the tests: the same features, so
+    // nothing is rebuilt.
     let status = cargo()
-        .args(["test", "--locked", "--test", "all", "--", "dist::"])
+        .args(["test", "--locked", "--workspace", "--test", "all", "--", "dist::"])
         .current_dir(&project.root)
         .env("LATHE_DIST_BIN", &binary)
         .env("LATHE_DIST_TARGET", target.triple)
