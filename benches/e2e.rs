@@ -46,9 +46,8 @@ fn main() {
         }
     }
     // LATHE_BENCH_BIN measures another build (or a wrapper that runs it under a
-    // profiler) in the sections the bench's own client drives: startup, relay,
-    // throughput and memory. The others use the tests' client, which always
-    // runs this build's binary.
+    // profiler, or the static release binary) in every section but tokens,
+    // whose count of the prompt's tokens does not depend on the build.
     let bin =
         std::env::var_os("LATHE_BENCH_BIN").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_lathe")), PathBuf::from);
     let mut options = if smoke { measure::Options::smoke(bin) } else { measure::Options::full(bin) };

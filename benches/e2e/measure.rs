@@ -803,7 +803,7 @@ async fn cancel_state(opts: &Options, state: CancelState, rng: &mut Rng, report:
     let mock = MockOpenAi::start().await;
     let home = Home::new(&mock.base_url());
     let config = home.config.to_string_lossy().into_owned();
-    let mut agent = AgentProcess::spawn(&["--config", &config], &[], home.path());
+    let mut agent = AgentProcess::spawn_bin(&opts.bin, &["--config", &config], &[], home.path());
     let capabilities = if state == CancelState::AskUser { json!({"elicitation": {"form": {}}}) } else { json!({}) };
     let session = handshake(&mut agent, capabilities, &home.project).await;
     if state == CancelState::Shell {
@@ -1195,7 +1195,7 @@ async fn search(opts: &Options, report: &mut Report) {
     let mock = MockOpenAi::start().await;
     let home = Home::new(&mock.base_url());
     let config = home.config.to_string_lossy().into_owned();
-    let mut agent = AgentProcess::spawn(&["--config", &config], &[], home.path());
+    let mut agent = AgentProcess::spawn_bin(&opts.bin, &["--config", &config], &[], home.path());
     agent.set_timeout(Duration::from_secs(300));
     // The tree is the session's cwd: a search inside the roots needs no permission.
     let session = handshake(&mut agent, json!({}), &tree).await;

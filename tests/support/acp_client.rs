@@ -205,10 +205,20 @@ impl Agent {
         Agent::new(Backend::Process { child, pid, stderr_task }, Box::new(stdin), stdout, logs)
     }
 
+    /// Like [`spawn`](Self::spawn), but another build of lathe: `lathe`
+    /// (the bench's `LATHE_BENCH_BIN`, e.g. the static release binary).
+    pub fn spawn_bin(lathe: &Path, args: &[&str], envs: &[(&str, &str)], home: &Path) -> Agent {
+        Agent::spawn_command(Agent::command_for(lathe, &[], args, envs, home))
+    }
+
     /// The command that starts the binary (through `wrapper`, if any) in the
     /// agent environment, stdio not yet set.
     pub fn command(wrapper: &[&str], args: &[&str], envs: &[(&str, &str)], home: &Path) -> Command {
-        let lathe = env!("CARGO_BIN_EXE_lathe");
+        Agent::command_for(Path::new(env!("CARGO_BIN_EXE_lathe")), wrapper, args, envs, home)
+    }
+
+    /// [`command`](Self::command) for the lathe binary at `lathe`.
+    pub fn command_for(lathe: &Path, wrapper: &[&str], args: &[&str], envs: &[(&str, &str)], home: &Path) -> Command {
         let mut command = match wrapper.split_first() {
             Some((program, wrapper_args)) => {
                 let mut command = Command::new(program);
