@@ -187,6 +187,44 @@ mod tests {
         assert_eq!(Target::find("x86_64-pc-windows-msvc").map(Target::exe), Some("lathe.exe"));
     }
 
+    /// `.github/workflows/release.yml`'s build matrix has one row per
+    /// registry platform, each a target of this table (the first for its
+    /// platform, as the entry names), and its `ready` says what `unready`
+    /// says: a row marked ready that dist skips, or the other way round,
+    /// would publish a release without that platform or fail it.
+    #[test]
+    fn the_release_matrix_is_the_target_table() {
+        let workflow = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.github/workflows/release.yml"),
+        )
+        .unwrap();
+        let field = |row: &str, key: &str| -> String {
+            let rest = row.split(&format!("{key}: ")).nth(1).unwrap_or_else(|| panic!("{key} in {row}"));
+            rest.split([',', ' ', '}']).next().unwrap().to_owned()
+        };
+        let rows: Vec<(String, bool)> = workflow
+            .lines()
+            .map(str::trim)
+            .filter(|line| line.starts_with("- { os: "))
+            .map(|row| (field(row, "target"), field(row, "ready") == "true"))
+            .collect();
+        let mut platforms: Vec<&str> = rows
+            .iter()
+            .map(|(triple, ready)| {
+                let target = Target::find(triple).unwrap_or_else(|| panic!("{triple} is not in TARGETS"));
+                assert_eq!(*ready, target.unready.is_none(), "{triple}: ready in release.yml vs unready in TARGETS");
+                let first = TARGETS.iter().find(|t| t.platform == target.platform).unwrap();
+                assert_eq!(first.triple, target.triple, "{} is built from {}", target.platform, first.triple);
+                target.platform
+            })
+            .collect();
+        platforms.sort_unstable();
+        let mut expected: Vec<&str> = TARGETS.iter().map(|t| t.platform).collect();
+        expected.sort_unstable();
+        expected.dedup();
+        assert_eq!(platforms, expected);
+    }
+
     /// Cargo.toml's `[package.metadata.binstall]` names, for every target,
     /// the archive `cargo xtask dist` writes, at the URL the registry entry
     /// uses; and the binary where the archive has it.
