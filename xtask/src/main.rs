@@ -135,9 +135,35 @@ pub struct Project {
     pub repository: Option<String>,
 }
 
-/// The cargo that runs this task (the same toolchain builds the release).
+/// The cargo that runs this task (the same toolchain builds the release),
+/// without the variables `cargo run` set for xtask itself: build scripts
+/// that watch them (ring's watches `CARGO_MANIFEST_DIR` and `CARGO_PKG_*`)
+/// would otherwise see them change between a plain `cargo test` and one
+/// started from here, and rebuild ring and all above it each time.
 pub fn cargo() -> Command {
-    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+    let mut command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if is_set_by_cargo_run(&name) {
+            command.env_remove(&*name);
+        }
+    }
+    command
+}
+
+/// Whether `cargo run` sets `name` for the program it runs (the package's
+/// and the binary's own variables; cargo's configuration ones stay).
+fn is_set_by_cargo_run(name: &str) -> bool {
+    name.starts_with("CARGO_PKG_")
+        || matches!(
+            name,
+            "CARGO_MANIFEST_DIR"
+                | "CARGO_MANIFEST_PATH"
+                | "CARGO_MANIFEST_LINKS"
+                | "CARGO_CRATE_NAME"
+                | "CARGO_BIN_NAME"
+                | "CARGO_PRIMARY_PACKAGE"
+        )
 }
 
 impl Project {
@@ -268,6 +294,16 @@ mod tests {
         );
         assert_eq!(Source { commit: "x".into(), epoch: 0 }.date(), "1970-01-01");
         assert_eq!(Source { commit: "x".into(), epoch: 951_782_400 }.date(), "2000-02-29");
+    }
+
+    #[test]
+    fn the_package_variables_of_cargo_run_are_dropped_and_cargo_settings_kept() {
+        for name in ["CARGO_MANIFEST_DIR", "CARGO_PKG_NAME", "CARGO_PKG_VERSION_MAJOR", "CARGO_CRATE_NAME"] {
+            assert!(is_set_by_cargo_run(name), "{name}");
+        }
+        for name in ["CARGO_HOME", "CARGO_TARGET_DIR", "CARGO_TERM_COLOR", "CARGO_ENCODED_RUSTFLAGS", "PATH"] {
+            assert!(!is_set_by_cargo_run(name), "{name}");
+        }
     }
 
     #[test]
