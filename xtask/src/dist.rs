@@ -74,12 +74,14 @@ pub fn run(args: &DistArgs) -> anyhow::Result<()> {
         source.date(),
         out.display()
     );
+    let mut built = Vec::new();
     for target in &targets {
         let began = Instant::now();
         let binary = build(&project, &source, target)?;
         let bytes = pack(&project, &source, target, &binary)?;
         let name = target.archive_name(version);
         std::fs::write(out.join(&name), &bytes).with_context(|| format!("writing {name}"))?;
+        built.push(name.clone());
         eprintln!(
             "xtask dist: {name}: {} bytes ({:.1} MiB), sha256 {}, {:.0} s",
             bytes.len(),
@@ -87,6 +89,14 @@ pub fn run(args: &DistArgs) -> anyhow::Result<()> {
             sha256_hex(&bytes),
             began.elapsed().as_secs_f64()
         );
+    }
+    // The entry and the sums cover every archive of this version in `out`
+    // (so that targets built one at a time add up); say which were not
+    // built now, as they may be of another commit.
+    for (name, _) in archives_in(&out, version)? {
+        if !built.contains(&name) {
+            eprintln!("xtask dist: warning: {name} is from an earlier build; SHA256SUMS and agent.json list it too");
+        }
     }
     write_checksums(&out, version)?;
     write_registry(&project, &out, &out, &args.urls)?;
