@@ -615,6 +615,6 @@ mod tests {
         let text = String::from_utf8(text).unwrap();
         assert!(!text.contains('\u{1b}'), "{text:?}");
         assert!(text.contains("model \\u{1b}]0;x: config") && text.contains("qwen\\u{1b}[2J\\nok   forged"), "{text}");
-        assert_eq!(text.lines().count(), 2, "the check and the summary: {text}");
+        assert_eq!(text.lines().count(), 3, "what was run, the check and the summary: {text}");
     }
 }
