@@ -1606,10 +1606,10 @@ mod tests {
             // Rust.
             Case {
                 name: "rust: curly quotes and apostrophe in old_string and new_string for the file's ASCII",
-                file: "fn main() {\n    println!(\"it's done\");\n}\n",
-                old: "    println!(\u{201c}it\u{2019}s done\u{201d});",
-                new: "    println!(\u{201c}it\u{2019}s finished\u{201d});",
-                expected: "fn main() {\n    println!(\"it's finished\");\n}\n",
+                file: "fn main() {\n    say(\"it's done\");\n}\n",
+                old: "    say(\u{201c}it\u{2019}s done\u{201d});",
+                new: "    say(\u{201c}it\u{2019}s finished\u{201d});",
+                expected: "fn main() {\n    say(\"it's finished\");\n}\n",
                 fixes: &[Fix::Punct],
             },
             Case {
