@@ -203,6 +203,23 @@ impl TermApprover {
     }
 }
 
+/// The next key pressed on the terminal (raw mode already on); `None` once
+/// `stop` is set.
+fn next_press(stop: &AtomicBool) -> std::io::Result<Option<event::KeyEvent>> {
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        if !event::poll(Duration::from_millis(100))? {
+            continue;
+        }
+        let Event::Key(key) = event::read()? else { continue };
+        if key.kind == KeyEventKind::Press {
+            return Ok(Some(key));
+        }
+    }
+}
+
 /// Reads one line on the terminal in raw mode, echoing it on stderr;
 /// `None` once `stop` is set.
 fn read_line(stop: &AtomicBool) -> std::io::Result<Option<Typed>> {
@@ -211,16 +228,7 @@ fn read_line(stop: &AtomicBool) -> std::io::Result<Option<Typed>> {
     let result = (|| {
         let mut stderr = std::io::stderr();
         loop {
-            if stop.load(Ordering::Relaxed) {
-                return Ok(None);
-            }
-            if !event::poll(Duration::from_millis(100))? {
-                continue;
-            }
-            let Event::Key(key) = event::read()? else { continue };
-            if key.kind != KeyEventKind::Press {
-                continue;
-            }
+            let Some(key) = next_press(stop)? else { return Ok(None) };
             match key.code {
                 KeyCode::Char('c') if key.modifiers.contains(KeyModifiers::CONTROL) => {
                     return Ok(Some(Typed::Interrupt));
@@ -428,16 +436,7 @@ fn read_key(keys: &[(char, Answer)], view: bool, stop: &AtomicBool) -> std::io::
     crossterm::terminal::enable_raw_mode()?;
     let result = (|| {
         loop {
-            if stop.load(Ordering::Relaxed) {
-                return Ok(None);
-            }
-            if !event::poll(Duration::from_millis(100))? {
-                continue;
-            }
-            let Event::Key(key) = event::read()? else { continue };
-            if key.kind != KeyEventKind::Press {
-                continue;
-            }
+            let Some(key) = next_press(stop)? else { return Ok(None) };
             match key.code {
                 KeyCode::Char('c') if key.modifiers.contains(KeyModifiers::CONTROL) => {
                     return Ok(Some(Pressed::Interrupt));
