@@ -102,6 +102,12 @@ fn bind(path: &Path, read_only: bool) -> Result<(), String> {
     mount(None::<&str>, path, None::<&str>, flags, None::<&str>).map_err(|err| failed("cannot make read-only", err))
 }
 
+/// `statvfs`'s relatime bit. nix names it only for glibc and Android, but
+/// both libcs pass the kernel's `f_flags` through unchanged, and the kernel's
+/// value (`ST_RELATIME`, include/linux/statfs.h) is part of its ABI: naming it
+/// here keeps the static musl build keeping relatime like the glibc one.
+const ST_RELATIME: FsFlags = FsFlags::from_bits_retain(0x1000);
+
 /// The per-mount flags a remount must keep.
 fn locked_flags(flags: FsFlags) -> MsFlags {
     let table = [
@@ -110,7 +116,7 @@ fn locked_flags(flags: FsFlags) -> MsFlags {
         (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
         (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
         (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
-        (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
+        (ST_RELATIME, MsFlags::MS_RELATIME),
     ];
     table.into_iter().filter(|(found, _)| flags.contains(*found)).fold(MsFlags::empty(), |all, (_, flag)| all | flag)
 }
