@@ -1233,25 +1233,7 @@ fn replacement(
     seen: &Seen,
     terminator: &str,
 ) -> Result<String, usize> {
-    use similar::DiffOp;
-    // Per line of `new`: the line of `old` it equals, or the one it replaces.
-    let mut kept: Vec<Option<usize>> = vec![None; new.len()];
-    let mut paired: Vec<Option<usize>> = vec![None; new.len()];
-    for op in similar::capture_diff_slices(similar::Algorithm::Patience, old, new) {
-        match op {
-            DiffOp::Equal { old_index, new_index, len } => {
-                for offset in 0..len {
-                    kept[new_index + offset] = Some(old_index + offset);
-                }
-            }
-            DiffOp::Replace { old_index, old_len, new_index, new_len } => {
-                for offset in 0..old_len.min(new_len) {
-                    paired[new_index + offset] = Some(old_index + offset);
-                }
-            }
-            DiffOp::Delete { .. } | DiffOp::Insert { .. } => {}
-        }
-    }
+    let (kept, paired) = line_pairs(old, new);
     let last_new = new.len() - 1;
     let mut out = String::new();
     for (m, line) in new.iter().enumerate() {
@@ -1291,6 +1273,50 @@ fn replacement(
         }
     }
     Ok(out)
+}
+
+/// Per line of `new`: the line of `old` it equals (kept), or the one it
+/// replaces (paired). Lines with text are paired first, blank ones only
+/// between them: a blank line equals every other, so one deleted at the top
+/// and one added lower down must not decide which text lines the model kept
+/// (a kept line is written as the file has it, trailing whitespace and all).
+fn line_pairs(old: &[&str], new: &[&str]) -> (Vec<Option<usize>>, Vec<Option<usize>>) {
+    let mut kept: Vec<Option<usize>> = vec![None; new.len()];
+    let mut paired: Vec<Option<usize>> = vec![None; new.len()];
+    let with_text = |lines: &[&str]| -> Vec<usize> { (0..lines.len()).filter(|&i| !is_blank(lines[i])).collect() };
+    let (old_text, new_text) = (with_text(old), with_text(new));
+    let old_lines: Vec<&str> = old_text.iter().map(|&k| old[k]).collect();
+    let new_lines: Vec<&str> = new_text.iter().map(|&m| new[m]).collect();
+    let mut anchors = Vec::new();
+    for op in similar::capture_diff_slices(similar::Algorithm::Patience, &old_lines, &new_lines) {
+        if let similar::DiffOp::Equal { old_index, new_index, len } = op {
+            anchors.extend((0..len).map(|offset| (old_text[old_index + offset], new_text[new_index + offset])));
+        }
+    }
+    let mut from = (0, 0);
+    for (k, m) in anchors.into_iter().chain(std::iter::once((old.len(), new.len()))) {
+        let (old_gap, new_gap) = (&old[from.0..k], &new[from.1..m]);
+        for op in similar::capture_diff_slices(similar::Algorithm::Patience, old_gap, new_gap) {
+            match op {
+                similar::DiffOp::Equal { old_index, new_index, len } => {
+                    for offset in 0..len {
+                        kept[from.1 + new_index + offset] = Some(from.0 + old_index + offset);
+                    }
+                }
+                similar::DiffOp::Replace { old_index, old_len, new_index, new_len } => {
+                    for offset in 0..old_len.min(new_len) {
+                        paired[from.1 + new_index + offset] = Some(from.0 + old_index + offset);
+                    }
+                }
+                similar::DiffOp::Delete { .. } | similar::DiffOp::Insert { .. } => {}
+            }
+        }
+        if m < new.len() {
+            kept[m] = Some(k);
+        }
+        from = (k + 1, m + 1);
+    }
+    (kept, paired)
 }
 
 /// Appends a changed line's text: where it pairs with a line of `old` whose

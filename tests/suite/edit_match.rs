@@ -62,3 +62,31 @@ fn arbitrary_strings_never_panic_the_matcher() {
         })
         .unwrap();
 }
+
+/// Found once by a random seed: two lines of the region that differ only in
+/// trailing whitespace (`f(x)\t`, `f(x)`), written by the model without it,
+/// and one of them deleted. Which one the model kept cannot be told; the
+/// edit lands with the kept line as one of the two file lines, never a
+/// mixture, and everything else exactly as meant.
+#[test]
+fn a_kept_line_among_lines_equal_but_for_trailing_whitespace_is_one_of_them() {
+    let file = "f(x)\t\nf(x)\n  =\n    if =\t\nend\n";
+    let old = "f(x)\nf(x)\n  =\n    if =\n";
+    let new = "f(x)\n  = new1 y\n    if =\n";
+    let located = lathe::tools::edit_match::locate(file, old, new, false).expect("the edit lands");
+    let after = located.apply(file);
+    let either = ["f(x)\t\n  = new1 y\n    if =\t\nend\n", "f(x)\n  = new1 y\n    if =\t\nend\n"];
+    assert!(either.contains(&after.as_str()), "{after:?}");
+}
+
+/// Found by a random seed too: a blank line deleted at the top and one added
+/// lower down must not decide which text lines the model kept; the kept
+/// `- item` line keeps the trailing whitespace the model left out.
+#[test]
+fn blank_lines_moved_around_do_not_unpair_the_kept_lines() {
+    let file = "x\r\n\r\n    q w  \r\n        - item 1 if x  \r\n    { \\n \\n\r\nend\r\n";
+    let old = "\n    q w\n        - item 1 if x\n    { \\n \\n";
+    let new = "new1 q\n        - item 1 if x\n\n    { \\n \\n";
+    let located = lathe::tools::edit_match::locate(file, old, new, false).expect("the edit lands");
+    assert_eq!(located.apply(file), "x\r\nnew1 q\r\n        - item 1 if x  \r\n\r\n    { \\n \\n\r\nend\r\n");
+}

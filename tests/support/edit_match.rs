@@ -414,8 +414,18 @@ fn generated(draw: &mut Draw) {
     // has on some lines, and punctuation in lines the model changed.
     // A mistake old_string does not show (no line it touches) leaves
     // new_string as the model wrote it: nothing tells what it meant.
-    let lossless =
-        !matches!(mistake, Mistake::ExtraTrailing | Mistake::Punctuation) && (old != old_lf || new == new_lf);
+    // And when the mistake makes two lines of the region the same text
+    // (`f(x)\t` and `f(x)` without their trailing whitespace), which of
+    // them a kept line is cannot be told: the one the diff pairs it with
+    // gives its trailing whitespace.
+    let region: Vec<&str> = old_lf.split('\n').collect();
+    let blurred = mistake == Mistake::NoTrailing
+        && region.iter().enumerate().any(|(i, a)| {
+            region[i + 1..].iter().any(|b| a != b && a.trim_end_matches([' ', '\t']) == b.trim_end_matches([' ', '\t']))
+        });
+    let lossless = !matches!(mistake, Mistake::ExtraTrailing | Mistake::Punctuation)
+        && (old != old_lf || new == new_lf)
+        && !blurred;
     if lossless && splice.range == (start..end) {
         assert_eq!(after, expected, "{mistake:?}: {old:?} -> {new:?} in {file:?}");
     }
@@ -429,7 +439,9 @@ fn generated(draw: &mut Draw) {
     // escape, ...) its new_string is taken as written.
     // A CRLF file the edit left without a line break no longer says so.
     let lossy = matches!(mistake, Mistake::ExtraTrailing | Mistake::Punctuation);
-    let dropped_trailing = mistake == Mistake::NoTrailing && old != old_lf;
+    // Likewise wherever the forward match ignored trailing whitespace, as
+    // when it landed on a line other than the one meant (`2  ` for `2`).
+    let dropped_trailing = (mistake == Mistake::NoTrailing && old != old_lf) || located.correction.trailing_whitespace;
     let lost_crlf = file.contains('\r') && !after.contains('\n');
     let reversible = !(lossy || dropped_trailing || lost_crlf);
     if let Ok(reverse) = locate(&after, &new, &old, false) {
