@@ -699,7 +699,7 @@ impl Turn<'_> {
                 };
                 if from_text {
                     // Nothing to remember: the next such call asks again.
-                    choices.retain(|choice| choice.answer != Answer::AllowAlways);
+                    choices.retain(|choice| !matches!(choice.answer, Answer::AllowAlways(_)));
                     title.push_str(" (read from the model's text)");
                     preview.insert(0, DisplayContent::Text(FROM_TEXT_NOTE.to_owned()));
                 }
@@ -724,10 +724,10 @@ impl Turn<'_> {
                 };
                 lock(workspace.policy).remember(&description.access, workspace.roots, answer);
                 match answer {
-                    Answer::AllowOnce | Answer::AllowAlways | Answer::AllowOutside => {
+                    Answer::AllowOnce | Answer::AllowAlways(_) | Answer::AllowOutside => {
                         Ok(Permit { approved: true, answered: Some(answer) })
                     }
-                    Answer::RejectOnce | Answer::RejectAlways => {
+                    Answer::RejectOnce | Answer::RejectAlways(_) => {
                         let message = "The user declined this tool call. Do not retry it as is; \
                                        ask the user how to proceed or take another approach."
                             .to_owned();

@@ -27,6 +27,8 @@
 //! tool_definition  what a tool offers the model (name, description, schema):
 //!             made by tools and mcp, written on the wire by model
 //! permission  the policy: which calls run, ask or are refused
+//! rules       "always" answers that outlast the session: project and user rule files
+//! hooks/      the user's and the project's hooks around prompts, tool calls and turns
 //! commands    slash commands: built-in and the user's Markdown files
 //! mcp/        the session's MCP servers (editor's and configured): connected,
 //!             their tools offered and run through the tools' ExternalTools seam
@@ -93,6 +95,7 @@ pub mod present;
 pub mod prompt;
 pub mod redact;
 pub mod rpc;
+pub mod rules;
 pub mod sandbox;
 pub mod session;
 pub mod setup;

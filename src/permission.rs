@@ -112,19 +112,42 @@ pub enum Verdict {
     Deny(String),
 }
 
+/// How long an "always" answer lasts, and where it is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Lasting {
+    /// Until the session ends (in memory).
+    Session,
+    /// In every session of this project (lathe's data directory, keyed by
+    /// the project root's real path).
+    Project,
+    /// In every session anywhere (`~/.config/lathe/permissions.toml`).
+    User,
+}
+
+impl Lasting {
+    /// The words an option label ends with.
+    pub fn phrase(self) -> &'static str {
+        match self {
+            Lasting::Session => "for this session",
+            Lasting::Project => "for this project",
+            Lasting::User => "in every project",
+        }
+    }
+}
+
 /// What the user answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Answer {
     /// Run this call.
     AllowOnce,
-    /// Run this call and similar ones from now on.
-    AllowAlways,
+    /// Run this call and similar ones from now on, for as long as it says.
+    AllowAlways(Lasting),
     /// Run this command, outside the sandbox, this once.
     AllowOutside,
     /// Do not run this call.
     RejectOnce,
-    /// Do not run this call nor similar ones from now on.
-    RejectAlways,
+    /// Do not run this call nor similar ones from now on, for as long as it says.
+    RejectAlways(Lasting),
     /// The prompt turn was cancelled while asking.
     Cancelled,
 }
@@ -132,20 +155,24 @@ pub enum Answer {
 impl Answer {
     /// Whether the call may run.
     pub fn allows(self) -> bool {
-        matches!(self, Answer::AllowOnce | Answer::AllowAlways | Answer::AllowOutside)
+        matches!(self, Answer::AllowOnce | Answer::AllowAlways(_) | Answer::AllowOutside)
     }
 }
 
 /// Whether a path-touching call stays inside the session roots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Scope {
+pub enum Scope {
+    /// Every path inside the session roots.
     Inside,
+    /// Some path outside them.
     Outside,
 }
 
-/// A remembered "always" answer.
+/// A remembered "always" answer: what it covers, nothing wider (see the
+/// README, "Tools and permissions"). Rules that outlast the session are
+/// kept in files (`crate::rules`), in these same kinds.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum Rule {
+pub enum Rule {
     /// A file tool family (reads: `ReadFile`, edits: `EditFile`), inside or
     /// outside the roots.
     Tool(Tool, Scope),
@@ -177,9 +204,69 @@ impl Rule {
             }
         }
     }
+
+    /// The rule as the user reads it, without "always allow": `` `cargo
+    /// test` ``, `` `cat …` inside the project ``, `file edits outside the
+    /// project`, `` `publish` from `docs` ``, `` fetching from `docs.rs` ``.
+    /// Built from untrusted text: shown through `present::text::shown`.
+    pub fn describe(&self) -> String {
+        match self {
+            Rule::Command(rule) => rule.describe(),
+            Rule::CommandPrefix(prefix) => format!("`{prefix} …`"),
+            Rule::Tool(tool, Scope::Outside) => format!("{} outside the project", verb(*tool)),
+            Rule::Tool(tool, Scope::Inside) => verb(*tool).to_owned(),
+            Rule::External { server, tool } => format!("`{tool}` from `{server}`"),
+            Rule::FetchHost(host) => format!("fetching from `{host}`"),
+        }
+    }
+
+    /// Whether an "always allow" of this rule may be kept for every
+    /// project: the rules that name no directory and cover nothing of one
+    /// project that another lacks (a read-only program inside whichever
+    /// project, an MCP tool, a host). An exact command is tied to its
+    /// directory, and file tools' rules are what the modes are for.
+    fn fits_everywhere(&self) -> bool {
+        match self {
+            Rule::Command(CommandRule::ReadOnly(_)) | Rule::External { .. } | Rule::FetchHost(_) => true,
+            Rule::Command(CommandRule::Exact { .. }) | Rule::CommandPrefix(_) | Rule::Tool(..) => false,
+        }
+    }
 }
 
-/// The session's permission state: its mode and the "always" answers.
+/// Rules kept outside the session: one project's, or the user's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuleSet {
+    /// What "always allow" covers.
+    pub allowed: Vec<Rule>,
+    /// What "always reject" refuses.
+    pub rejected: Vec<Rule>,
+}
+
+impl RuleSet {
+    fn allows(&self, access: &Access, roots: &[PathBuf]) -> bool {
+        self.allowed.iter().any(|rule| rule.covers(access, roots))
+    }
+
+    fn rejects(&self, access: &Access, roots: &[PathBuf]) -> bool {
+        self.rejected.iter().any(|rule| rule.covers(access, roots))
+    }
+}
+
+/// An "always" answer to keep beyond the session, as [`Policy::remember`]
+/// returns it for the caller to write down (see `crate::rules`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Remembered {
+    /// Where: [`Lasting::Project`] or [`Lasting::User`].
+    pub lasting: Lasting,
+    /// An "always allow" (else an "always reject").
+    pub allow: bool,
+    /// What it covers.
+    pub rule: Rule,
+}
+
+/// The session's permission state: its mode, the "always" answers given in
+/// it, and the standing rules of its project and of the user (`None` where
+/// no such rules can be kept: then they are not offered).
 #[derive(Debug, Clone)]
 pub struct Policy {
     mode: Mode,
@@ -187,6 +274,8 @@ pub struct Policy {
     denials: ReadDenials,
     allowed: HashSet<Rule>,
     rejected: HashSet<Rule>,
+    project: Option<RuleSet>,
+    user: Option<RuleSet>,
 }
 
 impl Default for Policy {
@@ -224,7 +313,41 @@ impl Policy {
             denials: ReadDenials::default(),
             allowed: HashSet::new(),
             rejected: HashSet::new(),
+            project: None,
+            user: None,
         }
+    }
+
+    /// Sets the standing rules: the project's and the user's, as read from
+    /// their files (`None`: that kind cannot be kept, so it is not offered).
+    pub fn set_standing(&mut self, project: Option<RuleSet>, user: Option<RuleSet>) {
+        self.project = project;
+        self.user = user;
+    }
+
+    /// The "always" answers given in this session: allowed, then rejected.
+    pub fn session_rules(&self) -> (Vec<Rule>, Vec<Rule>) {
+        let sorted = |rules: &HashSet<Rule>| {
+            let mut rules: Vec<Rule> = rules.iter().cloned().collect();
+            rules.sort_by_key(Rule::describe);
+            rules
+        };
+        (sorted(&self.allowed), sorted(&self.rejected))
+    }
+
+    /// Whether a standing rule of the project or the user, or an "always"
+    /// answer of this session, refuses this call.
+    fn rejects(&self, access: &Access, roots: &[PathBuf]) -> bool {
+        self.rejected.iter().any(|rule| rule.covers(access, roots))
+            || self.project.as_ref().is_some_and(|rules| rules.rejects(access, roots))
+            || self.user.as_ref().is_some_and(|rules| rules.rejects(access, roots))
+    }
+
+    /// Whether one allows it.
+    fn allows(&self, access: &Access, roots: &[PathBuf]) -> bool {
+        self.allowed.iter().any(|rule| rule.covers(access, roots))
+            || self.project.as_ref().is_some_and(|rules| rules.allows(access, roots))
+            || self.user.as_ref().is_some_and(|rules| rules.allows(access, roots))
     }
 
     /// Says what the command sandbox amounts to (no sandbox until told).
@@ -286,13 +409,15 @@ impl Policy {
 
     /// Judges a call by what it touches.
     pub fn judge(&self, access: &Access, roots: &[PathBuf]) -> Verdict {
-        if self.rejected.iter().any(|rule| rule.covers(access, roots)) {
+        if self.rejects(access, roots) {
             return Verdict::Deny(
-                "The user declined calls like this one for the rest of the session. Do not retry it; find another way or ask the user."
+                "The user declined calls like this one from now on. Do not retry it; find another way or ask the user."
                     .to_owned(),
             );
         }
-        let remembered = self.allowed.iter().any(|rule| rule.covers(access, roots));
+        // No rule, of this session, of the project or of the user, allows a
+        // cautioned call: it asks every time (the arms below say so too).
+        let remembered = self.caution(access, roots).is_none() && self.allows(access, roots);
         match access {
             Access::Nothing => Verdict::Allow,
             Access::Read(paths) => {
@@ -372,9 +497,19 @@ impl Policy {
     }
 
     /// The choices to offer for a call, in the order editors show them.
-    /// An "always" choice names what it will remember.
+    /// An "always" choice names what it will remember and for how long:
+    /// for this session, for this project (where project rules can be
+    /// kept), in every project (where user rules can be kept and the rule
+    /// fits every project). Of the choices of one ACP kind the narrowest
+    /// comes first, so a client that binds one key per kind binds it to
+    /// the session's.
     pub fn options(&self, access: &Access, roots: &[PathBuf]) -> Vec<Choice> {
         let sandboxed = self.runs_sandboxed(access, None);
+        let reject_lasting = if self.project.is_some() { Lasting::Project } else { Lasting::Session };
+        let reject_always = |rule: Rule| {
+            let label = format!("Always reject {} {}", rule.describe(), reject_lasting.phrase());
+            Choice { answer: Answer::RejectAlways(reject_lasting), id: "reject_always", label }
+        };
         if let Access::Execute { outside: true, .. } = access
             && self.confinement.in_use()
         {
@@ -387,71 +522,102 @@ impl Policy {
                 },
                 Choice { answer: Answer::RejectOnce, id: "reject_once", label: "Reject".to_owned() },
             ];
-            if let Some(Rule::CommandPrefix(prefix)) = reject_rule(access, roots) {
-                let label = format!("Always reject `{prefix} …`");
-                choices.push(Choice { answer: Answer::RejectAlways, id: "reject_always", label });
+            if let Some(rule @ Rule::CommandPrefix(_)) = reject_rule(access, roots) {
+                choices.push(reject_always(rule));
             }
             return choices;
         }
         // Read-only and plan modes ask about every MCP call (see `judge`),
-        // and a cautioned call asks every time: an "always" would mean nothing.
-        let remembers = !(matches!(self.mode, Mode::ReadOnly | Mode::Plan)
-            && matches!(access, Access::External { .. }))
-            && self.caution(access, roots).is_none();
-        let always = allow_rule(access, roots).filter(|_| remembers).and_then(|rule| match rule {
-            Rule::Command(rule) => Some(format!("Always allow {}", rule.describe())),
-            Rule::Tool(tool, Scope::Outside) => Some(format!("Always allow {} outside the project", verb(tool))),
-            Rule::Tool(tool, Scope::Inside) => Some(format!("Always allow {}", verb(tool))),
-            Rule::External { server, tool } => Some(format!("Always allow `{tool}` from `{server}`")),
-            Rule::FetchHost(host) => Some(format!("Always allow fetching from `{host}`")),
-            Rule::CommandPrefix(_) => None,
-        });
+        // and a cautioned call asks every time (see `Policy::caution`): an
+        // "always" of any length would mean nothing, or worse, a standing
+        // rule the next such call must ignore anyway.
+        let cautioned = self.caution(access, roots).is_some();
+        let every_time = cautioned
+            || (matches!(self.mode, Mode::ReadOnly | Mode::Plan) && matches!(access, Access::External { .. }));
+        let always = allow_rule(access, roots).filter(|_| !every_time);
         let allow = if sandboxed { "Allow in the sandbox" } else { "Allow" };
         let mut choices = vec![Choice { answer: Answer::AllowOnce, id: "allow_once", label: allow.to_owned() }];
-        if let Some(label) = always {
-            let label = if sandboxed { format!("{label}, in the sandbox") } else { label };
-            choices.push(Choice { answer: Answer::AllowAlways, id: "allow_always", label });
+        if let Some(rule) = always {
+            let described = rule.describe();
+            let mut lastings = vec![(Lasting::Session, "allow_always")];
+            if self.project.is_some() {
+                lastings.push((Lasting::Project, "allow_always_project"));
+            }
+            if self.user.is_some() && rule.fits_everywhere() {
+                lastings.push((Lasting::User, "allow_always_user"));
+            }
+            for (lasting, id) in lastings {
+                // "`cat …` inside the project, in every project" reads better with the comma.
+                let comma = if described.ends_with("the project") && lasting == Lasting::User { "," } else { "" };
+                let label = format!("Always allow {described}{comma} {}", lasting.phrase());
+                let label = if sandboxed { format!("{label}, in the sandbox") } else { label };
+                choices.push(Choice { answer: Answer::AllowAlways(lasting), id, label });
+            }
         }
         if sandboxed && self.confinement != Confinement::Required {
             let label = "Allow outside the sandbox".to_owned();
             choices.push(Choice { answer: Answer::AllowOutside, id: ALLOW_OUTSIDE, label });
         }
         choices.push(Choice { answer: Answer::RejectOnce, id: "reject_once", label: "Reject".to_owned() });
-        if let Some(rule) = reject_rule(access, roots) {
-            let label = match rule {
-                Rule::CommandPrefix(prefix) => format!("Always reject `{prefix} …`"),
-                Rule::Command(_) | Rule::Tool(..) | Rule::External { .. } | Rule::FetchHost(_) => {
-                    "Always reject".to_owned()
-                }
-            };
-            choices.push(Choice { answer: Answer::RejectAlways, id: "reject_always", label });
+        if let Some(rule) = reject_rule(access, roots).filter(|_| !cautioned) {
+            choices.push(reject_always(rule));
         }
         choices
     }
 
-    /// Remembers an "always" answer.
-    pub fn remember(&mut self, access: &Access, roots: &[PathBuf], answer: Answer) {
+    /// Remembers an "always" answer. One that outlasts the session is kept
+    /// in memory here (so it holds at once) and returned, for the caller to
+    /// write down where it lasts.
+    /// Nothing is remembered of a cautioned call (see [`Policy::caution`]),
+    /// which offers no "always": it asks again next time.
+    pub fn remember(&mut self, access: &Access, roots: &[PathBuf], answer: Answer) -> Option<Remembered> {
+        if self.caution(access, roots).is_some() {
+            return None;
+        }
         match answer {
-            Answer::AllowAlways => {
-                if let Some(rule) = allow_rule(access, roots) {
-                    self.rejected.retain(|rejected| !rejected.covers(access, roots));
-                    self.allowed.insert(rule);
+            Answer::AllowAlways(lasting) => {
+                let rule = allow_rule(access, roots)?;
+                self.rejected.retain(|rejected| !rejected.covers(access, roots));
+                let kept = match lasting {
+                    Lasting::Session => {
+                        self.allowed.insert(rule);
+                        return None;
+                    }
+                    Lasting::Project => self.project.as_mut(),
+                    Lasting::User => self.user.as_mut(),
+                }?;
+                if !kept.allowed.contains(&rule) {
+                    kept.allowed.push(rule.clone());
                 }
+                Some(Remembered { lasting, allow: true, rule })
             }
-            Answer::RejectAlways => {
-                if let Some(rule) = reject_rule(access, roots) {
-                    self.allowed.retain(|allowed| !allowed.covers(access, roots));
-                    self.rejected.insert(rule);
+            Answer::RejectAlways(lasting) => {
+                let rule = reject_rule(access, roots)?;
+                self.allowed.retain(|allowed| !allowed.covers(access, roots));
+                let kept = match lasting {
+                    Lasting::Session => {
+                        self.rejected.insert(rule);
+                        return None;
+                    }
+                    Lasting::Project => self.project.as_mut(),
+                    Lasting::User => self.user.as_mut(),
+                }?;
+                if !kept.rejected.contains(&rule) {
+                    kept.rejected.push(rule.clone());
                 }
+                Some(Remembered { lasting, allow: false, rule })
             }
-            Answer::AllowOnce | Answer::AllowOutside | Answer::RejectOnce | Answer::Cancelled => {}
+            Answer::AllowOnce | Answer::AllowOutside | Answer::RejectOnce | Answer::Cancelled => None,
         }
     }
 
-    /// The hosts the user allowed fetches from for the rest of the session.
+    /// The hosts the user allowed fetches from: for the rest of the
+    /// session, or by a standing rule.
     pub fn fetch_hosts(&self) -> HashSet<String> {
+        let standing = [&self.project, &self.user].into_iter().flatten().flat_map(|rules| rules.allowed.iter());
         self.allowed
             .iter()
+            .chain(standing)
             .filter_map(|rule| match rule {
                 Rule::FetchHost(host) => Some(host.clone()),
                 Rule::Tool(..) | Rule::CommandPrefix(_) | Rule::Command(_) | Rule::External { .. } => None,
@@ -717,11 +883,11 @@ mod tests {
     #[test]
     fn always_answers_are_remembered() {
         let mut policy = Policy::new(Mode::Ask);
-        policy.remember(&Access::Write(inside()), &roots(), Answer::AllowAlways);
+        policy.remember(&Access::Write(inside()), &roots(), Answer::AllowAlways(Lasting::Session));
         assert_eq!(policy.judge(&Access::Write(inside()), &roots()), Verdict::Allow);
         assert_eq!(policy.judge(&Access::Write(outside()), &roots()), Verdict::Ask);
 
-        policy.remember(&run("cargo test --all"), &roots(), Answer::AllowAlways);
+        policy.remember(&run("cargo test --all"), &roots(), Answer::AllowAlways(Lasting::Session));
         assert_eq!(policy.judge(&run("cargo test --all"), &roots()), Verdict::Allow);
         assert_eq!(policy.judge(&run("  cargo test --all "), &roots()), Verdict::Allow);
         assert_eq!(policy.judge(&run("cargo test -p lathe"), &roots()), Verdict::Ask, "exact commands only");
@@ -734,7 +900,7 @@ mod tests {
         };
         assert_eq!(policy.judge(&elsewhere, &roots()), Verdict::Ask, "in another directory it is another command");
 
-        policy.remember(&run("git push --force"), &roots(), Answer::RejectAlways);
+        policy.remember(&run("git push --force"), &roots(), Answer::RejectAlways(Lasting::Session));
         assert!(matches!(policy.judge(&run("git push origin main"), &roots()), Verdict::Deny(_)));
         // "Once" answers leave nothing behind.
         policy.remember(&run("make"), &roots(), Answer::AllowOnce);
@@ -753,31 +919,31 @@ mod tests {
             |access: &Access| policy.options(access, &roots()).into_iter().map(|c| c.label).collect::<Vec<_>>();
         assert_eq!(
             labels(&run("cargo test --all")),
-            ["Allow", "Always allow `cargo test --all`", "Reject", "Always reject `cargo test …`"]
+            ["Allow", "Always allow `cargo test --all` for this session", "Reject", "Always reject `cargo test …` for this session"]
         );
-        assert_eq!(labels(&run("cat README.md"))[1], "Always allow `cat …` inside the project");
-        assert_eq!(labels(&run("git log --oneline"))[1], "Always allow `git log …` inside the project");
-        assert_eq!(labels(&run("echo `date`; ls"))[1..], ["Reject", "Always reject"]);
+        assert_eq!(labels(&run("cat README.md"))[1], "Always allow `cat …` inside the project for this session");
+        assert_eq!(labels(&run("git log --oneline"))[1], "Always allow `git log …` inside the project for this session");
+        assert_eq!(labels(&run("echo `date`; ls"))[1..], ["Reject", "Always reject `` echo `date`; ls `` for this session"]);
         assert_eq!(ids(&mcp("publish", false)), vec!["allow_once", "allow_always", "reject_once", "reject_always"]);
-        assert_eq!(policy.options(&mcp("publish", false), &roots())[1].label, "Always allow `publish` from `docs`");
+        assert_eq!(policy.options(&mcp("publish", false), &roots())[1].label, "Always allow `publish` from `docs` for this session");
     }
 
     /// "Always" for an MCP tool covers that tool of that server only.
     #[test]
     fn always_answers_for_mcp_tools_are_per_tool() {
         let mut policy = Policy::new(Mode::Ask);
-        policy.remember(&mcp("publish", false), &roots(), Answer::AllowAlways);
+        policy.remember(&mcp("publish", false), &roots(), Answer::AllowAlways(Lasting::Session));
         assert_eq!(policy.judge(&mcp("publish", false), &roots()), Verdict::Allow);
         assert_eq!(policy.judge(&mcp("delete", false), &roots()), Verdict::Ask);
         let other_server = Access::External { server: "wiki".to_owned(), tool: "publish".to_owned(), read_only: false };
         assert_eq!(policy.judge(&other_server, &roots()), Verdict::Ask);
-        policy.remember(&mcp("delete", false), &roots(), Answer::RejectAlways);
+        policy.remember(&mcp("delete", false), &roots(), Answer::RejectAlways(Lasting::Session));
         assert!(matches!(policy.judge(&mcp("delete", false), &roots()), Verdict::Deny(_)));
         // Read-only mode refuses even a remembered tool that changes things,
         // and asks about every call of a tool the server calls read-only.
         policy.set_mode(Mode::ReadOnly);
         assert!(matches!(policy.judge(&mcp("publish", false), &roots()), Verdict::Deny(_)));
-        policy.remember(&mcp("lookup", true), &roots(), Answer::AllowAlways);
+        policy.remember(&mcp("lookup", true), &roots(), Answer::AllowAlways(Lasting::Session));
         assert_eq!(policy.judge(&mcp("lookup", true), &roots()), Verdict::Ask);
         let ids: Vec<&str> = policy.options(&mcp("lookup", true), &roots()).iter().map(|c| c.id).collect();
         assert_eq!(ids, ["allow_once", "reject_once", "reject_always"]);
@@ -826,10 +992,10 @@ mod tests {
         let mut policy = Policy::new(Mode::Ask);
         let docs = web("https://docs.rs/serde", "docs.rs", false);
         let local = web("http://localhost:8080/a", "localhost:8080", true);
-        assert_eq!(policy.options(&local, &roots())[1].label, "Always allow fetching from `localhost:8080`");
+        assert_eq!(policy.options(&local, &roots())[1].label, "Always allow fetching from `localhost:8080` for this session");
         policy.remember(&docs, &roots(), Answer::AllowOnce);
         assert_eq!(policy.judge(&docs, &roots()), Verdict::Ask, "once is once");
-        policy.remember(&local, &roots(), Answer::AllowAlways);
+        policy.remember(&local, &roots(), Answer::AllowAlways(Lasting::Session));
         assert_eq!(policy.judge(&web("http://localhost:8080/b?c", "localhost:8080", true), &roots()), Verdict::Allow);
         assert_eq!(policy.judge(&web("http://localhost:9090/", "localhost:9090", true), &roots()), Verdict::Ask);
         assert_eq!(policy.judge(&web("http://127.0.0.1:8080/", "127.0.0.1:8080", true), &roots()), Verdict::Ask);
@@ -839,7 +1005,7 @@ mod tests {
             policy.set_mode(mode);
             assert_eq!(policy.judge(&local, &roots()), Verdict::Allow, "{mode:?}");
         }
-        policy.remember(&docs, &roots(), Answer::RejectAlways);
+        policy.remember(&docs, &roots(), Answer::RejectAlways(Lasting::Session));
         assert!(matches!(policy.judge(&docs, &roots()), Verdict::Deny(_)));
     }
 
@@ -898,17 +1064,17 @@ mod tests {
         for (first, second) in &table {
             let mut policy = Policy::new(Mode::Ask);
             assert_eq!(policy.judge(&run(first), &roots), Verdict::Ask, "{first} asks at first");
-            assert!(policy.options(&run(first), &roots).iter().any(|c| c.answer == Answer::AllowAlways), "{first}");
-            policy.remember(&run(first), &roots, Answer::AllowAlways);
+            assert!(policy.options(&run(first), &roots).iter().any(|c| c.answer == Answer::AllowAlways(Lasting::Session)), "{first}");
+            policy.remember(&run(first), &roots, Answer::AllowAlways(Lasting::Session));
             assert_eq!(policy.judge(&run(first), &roots), Verdict::Allow, "{first} is allowed again");
             assert_eq!(policy.judge(&run(second), &roots), Verdict::Ask, "{second} after {first}");
         }
 
         // What a read-only rule does cover: the same program on other files inside.
         let mut policy = Policy::new(Mode::Ask);
-        policy.remember(&run("cat README.md"), &roots, Answer::AllowAlways);
-        policy.remember(&run("git log --oneline"), &roots, Answer::AllowAlways);
-        policy.remember(&run("grep -r todo src"), &roots, Answer::AllowAlways);
+        policy.remember(&run("cat README.md"), &roots, Answer::AllowAlways(Lasting::Session));
+        policy.remember(&run("git log --oneline"), &roots, Answer::AllowAlways(Lasting::Session));
+        policy.remember(&run("grep -r todo src"), &roots, Answer::AllowAlways(Lasting::Session));
         for covered in [
             "cat src/lib.rs Cargo.toml",
             "cat -n 'a file.txt'",
@@ -976,20 +1142,20 @@ mod tests {
             labels,
             [
                 "Allow in the sandbox",
-                "Always allow `cargo test`, in the sandbox",
+                "Always allow `cargo test` for this session, in the sandbox",
                 "Allow outside the sandbox",
                 "Reject",
-                "Always reject `cargo test …`"
+                "Always reject `cargo test …` for this session"
             ]
         );
         assert!(policy.runs_sandboxed(&run("cargo test"), Some(Answer::AllowOnce)));
-        assert!(policy.runs_sandboxed(&run("cargo test"), Some(Answer::AllowAlways)));
+        assert!(policy.runs_sandboxed(&run("cargo test"), Some(Answer::AllowAlways(Lasting::Session))));
         assert!(!policy.runs_sandboxed(&run("cargo test"), Some(Answer::AllowOutside)));
         // "Allow outside" is remembered for nothing.
         policy.remember(&run("cargo test"), &roots(), Answer::AllowOutside);
         assert_eq!(policy.judge(&run("cargo test"), &roots()), Verdict::Ask);
         // A request to leave asks even after "always allow" of the same command, and offers no "always".
-        policy.remember(&run("cargo test"), &roots(), Answer::AllowAlways);
+        policy.remember(&run("cargo test"), &roots(), Answer::AllowAlways(Lasting::Session));
         assert_eq!(policy.judge(&run("cargo test"), &roots()), Verdict::Allow);
         assert_eq!(policy.judge(&outside_run("cargo test"), &roots()), Verdict::Ask);
         let ids: Vec<&str> = policy.options(&outside_run("cargo test"), &roots()).iter().map(|c| c.id).collect();
@@ -1035,8 +1201,8 @@ mod tests {
         for mode in Mode::ALL {
             let mut policy = Policy::new(mode);
             policy.set_read_denials(ReadDenials::new(Some(home.path()), &[]));
-            policy.remember(&plain, &roots, Answer::AllowAlways);
-            policy.remember(&notes, &roots, Answer::AllowAlways);
+            policy.remember(&plain, &roots, Answer::AllowAlways(Lasting::Session));
+            policy.remember(&notes, &roots, Answer::AllowAlways(Lasting::Session));
             let (protected, secret) = match mode {
                 Mode::ReadOnly => (Verdict::Deny(READ_ONLY_REFUSAL.to_owned()), Verdict::Ask),
                 Mode::Plan => (Verdict::Deny(PLAN_REFUSAL.to_owned()), Verdict::Ask),
@@ -1072,5 +1238,89 @@ mod tests {
             assert_eq!(Mode::from_id(mode.id()), Some(mode));
         }
         assert_eq!(Mode::from_id("yolo"), None);
+    }
+}
+
+#[cfg(test)]
+mod lasting_tests {
+    use super::*;
+
+    fn roots() -> Vec<PathBuf> {
+        vec![PathBuf::from("/nonexistent-root/project")]
+    }
+
+    fn run(command: &str) -> Access {
+        Access::Execute { command: command.to_owned(), cwd: PathBuf::from("/nonexistent-root/project"), outside: false }
+    }
+
+    /// Issue 32: every "always" offers how long it lasts, narrowest first
+    /// within its kind; "in every project" only for rules naming no
+    /// directory; "always reject" for the project when project rules can be kept.
+    #[test]
+    fn always_answers_offer_how_long_they_last() {
+        let mut policy = Policy::new(Mode::Ask);
+        let ids = |policy: &Policy, access: &Access| -> Vec<&'static str> {
+            policy.options(access, &roots()).iter().map(|c| c.id).collect()
+        };
+        // Nowhere to keep rules: as before, for this session.
+        assert_eq!(ids(&policy, &run("cargo test")), ["allow_once", "allow_always", "reject_once", "reject_always"]);
+        assert_eq!(
+            policy.options(&run("cargo test"), &roots())[3].answer,
+            Answer::RejectAlways(Lasting::Session)
+        );
+        policy.set_standing(Some(RuleSet::default()), Some(RuleSet::default()));
+        let labels: Vec<String> = policy.options(&run("cargo test"), &roots()).into_iter().map(|c| c.label).collect();
+        assert_eq!(
+            labels,
+            [
+                "Allow",
+                "Always allow `cargo test` for this session",
+                "Always allow `cargo test` for this project",
+                "Reject",
+                "Always reject `cargo test …` for this project"
+            ]
+        );
+        let answers: Vec<Answer> = policy.options(&run("cat a"), &roots()).into_iter().map(|c| c.answer).collect();
+        assert_eq!(
+            answers,
+            [
+                Answer::AllowOnce,
+                Answer::AllowAlways(Lasting::Session),
+                Answer::AllowAlways(Lasting::Project),
+                Answer::AllowAlways(Lasting::User),
+                Answer::RejectOnce,
+                Answer::RejectAlways(Lasting::Project)
+            ]
+        );
+        assert_eq!(
+            policy.options(&run("cat a"), &roots())[3].label,
+            "Always allow `cat …` inside the project, in every project"
+        );
+        let web = Access::Fetch { url: "https://docs.rs/".into(), host: "docs.rs".into(), local: false };
+        assert_eq!(policy.options(&web, &roots())[3].label, "Always allow fetching from `docs.rs` in every project");
+
+        // A project answer holds at once and is handed back to be written down.
+        let kept = policy.remember(&run("cargo test"), &roots(), Answer::AllowAlways(Lasting::Project));
+        assert_eq!(policy.judge(&run("cargo test"), &roots()), Verdict::Allow);
+        let Some(Remembered { lasting: Lasting::Project, allow: true, rule }) = kept else { panic!("{kept:?}") };
+        assert_eq!(rule.describe(), "`cargo test`");
+        assert_eq!(policy.session_rules(), (Vec::new(), Vec::new()), "not a session rule");
+        let kept = policy.remember(&run("git push -f"), &roots(), Answer::RejectAlways(Lasting::Project));
+        assert!(matches!(kept, Some(Remembered { allow: false, .. })));
+        assert!(matches!(policy.judge(&run("git push origin"), &roots()), Verdict::Deny(_)));
+        assert_eq!(policy.remember(&run("make"), &roots(), Answer::AllowAlways(Lasting::Session)), None);
+
+        // Standing rules from the files: a user reject beats everything.
+        let mut fresh = Policy::new(Mode::Ask);
+        let user = RuleSet { allowed: Vec::new(), rejected: vec![Rule::CommandPrefix("rm".into())] };
+        let project = RuleSet {
+            allowed: vec![Rule::Command(CommandRule::Exact {
+                command: "rm -rf target".into(),
+                cwd: PathBuf::from("/nonexistent-root/project"),
+            })],
+            rejected: Vec::new(),
+        };
+        fresh.set_standing(Some(project), Some(user));
+        assert!(matches!(fresh.judge(&run("rm -rf target"), &roots()), Verdict::Deny(_)));
     }
 }

@@ -361,9 +361,9 @@ impl Approver for ClientApprover {
                 .map(|choice| {
                     let kind = match choice.answer {
                         Answer::AllowOnce | Answer::AllowOutside => PermissionOptionKind::AllowOnce,
-                        Answer::AllowAlways => PermissionOptionKind::AllowAlways,
+                        Answer::AllowAlways(_) => PermissionOptionKind::AllowAlways,
                         Answer::RejectOnce | Answer::Cancelled => PermissionOptionKind::RejectOnce,
-                        Answer::RejectAlways => PermissionOptionKind::RejectAlways,
+                        Answer::RejectAlways(_) => PermissionOptionKind::RejectAlways,
                     };
                     PermissionOption::new(choice.id, updates::shown(&choice.label, Lines::One).into_owned(), kind)
                 })

@@ -1,6 +1,7 @@
 //! The terminal's [`Approver`]: the command or diff on stderr, then one
-//! key: y (allow once), a (always), n (no), d (deny always), o (run outside
-//! the sandbox, when offered), v (view all, when the question was cut). Keys
+//! key: y (allow once), a (always, for this session), p (always, for this
+//! project), e (always, in every project), n (no), d (deny always), o (run
+//! outside the sandbox, when offered), v (view all, when the question was cut). Keys
 //! are read from the controlling terminal in raw mode, so a prompt piped on
 //! stdin does not stop `exec --mode ask` from asking. Ctrl-C at the question
 //! cancels the turn. Without a terminal the call is declined and the model
@@ -31,7 +32,9 @@ use futures_util::future::BoxFuture;
 use super::events::Screen;
 use super::lock;
 use super::style::{self, Paint};
-use crate::permission::{Answer, ApprovalError, Approver, AskError, PermissionQuestion, UserQuestion, UserReply};
+use crate::permission::{
+    Answer, ApprovalError, Approver, AskError, Lasting, PermissionQuestion, UserQuestion, UserReply,
+};
 use crate::present::text::{Lines, shown};
 use crate::session::Session;
 use crate::tools::DisplayContent;
@@ -68,10 +71,12 @@ enum Pressed {
 fn key_of(answer: Answer) -> char {
     match answer {
         Answer::AllowOnce => 'y',
-        Answer::AllowAlways => 'a',
+        Answer::AllowAlways(Lasting::Session) => 'a',
+        Answer::AllowAlways(Lasting::Project) => 'p',
+        Answer::AllowAlways(Lasting::User) => 'e',
         Answer::AllowOutside => 'o',
         Answer::RejectOnce => 'n',
-        Answer::RejectAlways => 'd',
+        Answer::RejectAlways(_) => 'd',
         Answer::Cancelled => 'c',
     }
 }
@@ -482,7 +487,7 @@ mod tests {
             choices: vec![
                 Choice { answer: Answer::AllowOnce, id: "allow_once", label: "Allow".to_owned() },
                 Choice {
-                    answer: Answer::AllowAlways,
+                    answer: Answer::AllowAlways(Lasting::Session),
                     id: "allow_always",
                     label: format!("Always allow `{}`", "x".repeat(300)),
                 },

@@ -395,6 +395,36 @@ pub fn command_rule(command: &str, cwd: &Path) -> Option<CommandRule> {
     Some(CommandRule::Exact { command: command.trim().to_owned(), cwd: paths::normalize(cwd) })
 }
 
+/// An exact-command rule for `command` in `cwd`, as a rule file writes it
+/// down (see `crate::rules`): only for a command an "always allow" could
+/// have remembered at all ([`command_rule`] gives a rule for it), so a file
+/// can hold nothing wider than an answer could. A read-only program's
+/// command becomes the narrower exact rule.
+pub fn exact_rule(command: &str, cwd: &Path) -> Option<CommandRule> {
+    command_rule(command, cwd)?;
+    Some(CommandRule::Exact { command: command.trim().to_owned(), cwd: paths::normalize(cwd) })
+}
+
+/// The read-only rule for `program` (`cat`, `git log`): only for an entry of
+/// [`READ_ONLY_COMMANDS`], word for word.
+pub fn read_only_rule(program: &str) -> Option<CommandRule> {
+    let words = plain_words(program)?;
+    READ_ONLY_COMMANDS
+        .iter()
+        .find(|(prefix, _)| prefix.len() == words.len() && prefix.iter().zip(&words).all(|(want, word)| want == word))
+        .map(|_| CommandRule::ReadOnly(words))
+}
+
+/// The words of an "always reject" rule as a rule file writes them
+/// (`git push`), normalised; `None` when they are not plain words.
+pub fn reject_prefix(words: &str) -> Option<String> {
+    let words = plain_words(words)?;
+    if words.first()?.contains('=') {
+        return None;
+    }
+    Some(shell_words::join(words))
+}
+
 /// The words that name a command for an "always reject" rule, or `None`
 /// when the command can never match one.
 ///
