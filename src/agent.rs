@@ -27,7 +27,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agents::Agents;
 use crate::cancel::{Cancelled, OrCancel as _};
-use crate::config::{AgentSettings, ContextSettings, TextToolCalls};
+use crate::config::{AgentSettings, ContextSettings, HookEvent, TextToolCalls};
+use crate::hooks::{Answers, Decision as HookDecision, SessionHooks, TurnHooks};
 use crate::model::retry::{self, Decision, Exhausted, Retrier};
 use crate::model::{
     FinishReason, Message, ModelClient, ModelError, ModelEvent, ModelOutput, OversizedCall, ResponseStream,
@@ -36,6 +37,7 @@ use crate::model::{
 use crate::permission::{
     Answer, Approver, AskError, Mode, PermissionQuestion, Policy, UserChoice, UserQuestion, UserReply, Verdict,
 };
+use crate::present::text::{Lines, shown};
 use crate::prompt::SystemPrompt;
 use crate::session::Steers;
 use crate::session::{Conversation, UsageMark};
@@ -307,7 +309,15 @@ pub struct Turn<'a> {
     pub steers: Option<&'a Steers>,
     /// The agents a `task` call can run (see `task`).
     pub agents: &'a Agents,
+    /// Where "always" answers that outlast the session are written down
+    /// (`None`: nowhere; they then hold in memory only).
+    pub rules: Option<&'a crate::rules::SessionRules>,
+    /// The session's hooks (`None`: none run).
+    pub hooks: Option<&'a SessionHooks>,
 }
+
+/// How many times in one turn a `Stop` hook may send the model back to work.
+const MAX_STOP_CONTINUATIONS: u32 = 8;
 
 /// The tools one request offers: the built-ins, or the external source's
 /// complete list.
@@ -364,6 +374,16 @@ impl Turn<'_> {
             self.show_steer(&parts);
             user.extend(parts);
         }
+        // The prompt's hooks see what the user wrote, not the plan mode's note.
+        let (hooks, mut user) = match self.prompt_hooks(user).await {
+            Ok(Prompted::Go(hooks, user)) => (hooks, user),
+            Ok(Prompted::Blocked) => return Ok(StopReason::EndTurn),
+            Err((Cancelled, user)) => {
+                conversation.push(Message::User { parts: user });
+                keep_interrupted(conversation, None);
+                return Ok(StopReason::Cancelled);
+            }
+        };
         if self.mode() == Mode::Plan {
             // Said with the prompt, not in the system prompt: the request's
             // prefix stays the same whatever the mode.
@@ -389,6 +409,7 @@ impl Turn<'_> {
             return Ok(StopReason::Cancelled);
         }
         let mut requests = 0u32;
+        let mut stop_continuations = 0u32;
         loop {
             if requests >= self.settings.max_model_requests_per_turn {
                 return Ok(StopReason::MaxTurnRequests);
@@ -447,6 +468,7 @@ impl Turn<'_> {
                 tracing::debug!(format = format.name(), calls = ?names, "recovered tool calls the model wrote as text");
             }
             let oversized = output.oversized.clone();
+            let answer = if tool_calls.is_empty() { output.text.clone() } else { String::new() };
             conversation.push(Message::Assistant {
                 text: output.text,
                 reasoning: output.reasoning,
@@ -479,10 +501,23 @@ impl Turn<'_> {
                 if self.steers.is_some_and(Steers::is_waiting) {
                     continue;
                 }
-                return Ok(StopReason::EndTurn);
+                // A `Stop` hook may send the model back to work, a few times.
+                let again = stop_continuations < MAX_STOP_CONTINUATIONS;
+                match self.stop_hooks(&hooks, &answer, stop_continuations > 0).await {
+                    Err(Cancelled) => return Ok(StopReason::Cancelled),
+                    Ok(Some(reason)) if again => {
+                        stop_continuations += 1;
+                        let text = format!("A Stop hook asks you to go on before you finish:\n{reason}");
+                        conversation.push(Message::User { parts: vec![UserPart::Text { text }] });
+                        continue;
+                    }
+                    Ok(_) => return Ok(StopReason::EndTurn),
+                }
             }
-            if self.run_tools(conversation, &tool_calls, &oversized, from_text).await == Flow::Cancelled {
-                return Ok(StopReason::Cancelled);
+            match self.run_tools(conversation, &tool_calls, &oversized, from_text, &hooks).await {
+                Flow::Cancelled => return Ok(StopReason::Cancelled),
+                Flow::Stopped => return Ok(StopReason::EndTurn),
+                Flow::Continue => {}
             }
         }
     }
@@ -522,6 +557,7 @@ impl Turn<'_> {
         calls: &[ToolCallRequest],
         oversized: &[OversizedCall],
         from_text: bool,
+        hooks: &TurnHooks,
     ) -> Flow {
         let mut index = 0;
         while index < calls.len() {
@@ -550,19 +586,136 @@ impl Turn<'_> {
             } else if let Some(too_big) = too_big {
                 (self.too_big(call, too_big.bytes), Flow::Continue)
             } else {
-                self.run_tool(call, from_text, conversation.plan_tools).await
+                self.run_tool(call, from_text, conversation.plan_tools, hooks).await
             };
             conversation.push(self.tool_result(call, result));
-            if flow == Flow::Cancelled {
-                for rest in &calls[index + 1..] {
-                    self.finish_call(&rest.id, ToolOutcome::cancelled());
-                    conversation.push(self.tool_result(rest, CANCELLED_RESULT.to_owned()));
+            let (rest_outcome, rest_result) = match flow {
+                Flow::Continue => {
+                    index += 1;
+                    continue;
                 }
-                return Flow::Cancelled;
+                Flow::Cancelled => (ToolOutcome::cancelled(), CANCELLED_RESULT.to_owned()),
+                Flow::Stopped => {
+                    let message = "Not run: a hook stopped the turn.".to_owned();
+                    (ToolOutcome::failed(message.clone()), message)
+                }
+            };
+            for rest in &calls[index + 1..] {
+                self.finish_call(&rest.id, rest_outcome.clone());
+                conversation.push(self.tool_result(rest, rest_result.clone()));
             }
-            index += 1;
+            return flow;
         }
         Flow::Continue
+    }
+
+    /// The session's hooks for this prompt, then its `SessionStart` (at the
+    /// session's first prompt) and `UserPromptSubmit` hooks: the prompt to
+    /// send (with what they add for the model), or that a hook blocked it
+    /// (the user is told why). `Err` when cancelled, with the prompt.
+    async fn prompt_hooks(&self, mut user: Vec<UserPart>) -> Result<Prompted, (Cancelled, Vec<UserPart>)> {
+        let Some(session_hooks) = self.hooks else { return Ok(Prompted::Go(TurnHooks::none(), user)) };
+        let hooks = match session_hooks.for_turn(self.workspace.approver, self.events, self.cancel).await {
+            Ok(hooks) => hooks,
+            Err(Cancelled) => return Err((Cancelled, user)),
+        };
+        let mut context = Vec::new();
+        if hooks.first {
+            let source = hooks.source();
+            let mut fields = serde_json::Map::new();
+            fields.insert("source".to_owned(), serde_json::json!(source));
+            fields.insert("model".to_owned(), serde_json::json!(self.client.model().model));
+            let names = [source.to_owned()];
+            let answers = match self.run_hooks(&hooks, HookEvent::SessionStart, &names, fields).await {
+                Ok(answers) => answers,
+                Err(Cancelled) => return Err((Cancelled, user)),
+            };
+            self.hook_notice(HookEvent::SessionStart, &answers);
+            context.extend(answers.context);
+        }
+        let prompt: Vec<&str> = user
+            .iter()
+            .filter_map(|part| match part {
+                UserPart::Text { text } => Some(text.as_str()),
+                UserPart::Image { .. } => None,
+            })
+            .collect();
+        let mut fields = serde_json::Map::new();
+        fields.insert("prompt".to_owned(), serde_json::json!(prompt.join("\n")));
+        let answers = match self.run_hooks(&hooks, HookEvent::UserPromptSubmit, &[], fields).await {
+            Ok(answers) => answers,
+            Err(Cancelled) => return Err((Cancelled, user)),
+        };
+        if let Some(reason) = answers.block_reason().or_else(|| answers.stop.clone()) {
+            let text = format!("The prompt was not sent to the model: {}", shown(&reason, Lines::Many));
+            self.events.emit(AgentEvent::Notice { title: "A hook blocked this prompt".to_owned(), text });
+            return Ok(Prompted::Blocked);
+        }
+        self.hook_notice(HookEvent::UserPromptSubmit, &answers);
+        context.extend(answers.context);
+        if !context.is_empty() {
+            let text = format!("[Context from the user's hooks]\n{}", context.join("\n\n"));
+            user.push(UserPart::Text { text });
+        }
+        Ok(Prompted::Go(hooks, user))
+    }
+
+    /// The `Stop` hooks once the model is done: why it should go on, if a
+    /// hook says so (`None`: the turn ends).
+    async fn stop_hooks(&self, hooks: &TurnHooks, answer: &str, active: bool) -> Result<Option<String>, Cancelled> {
+        if !hooks.any(HookEvent::Stop, &[]) {
+            return Ok(None);
+        }
+        let mut fields = serde_json::Map::new();
+        fields.insert("stop_hook_active".to_owned(), serde_json::json!(active));
+        fields.insert("last_assistant_message".to_owned(), serde_json::json!(answer));
+        let answers = self.run_hooks(hooks, HookEvent::Stop, &[], fields).await?;
+        self.hook_notice(HookEvent::Stop, &answers);
+        if answers.stop.is_some() {
+            return Ok(None);
+        }
+        Ok(answers.block_reason())
+    }
+
+    /// Runs the hooks of `event` matching `names` with the session's mode
+    /// and its launcher (the one commands are started by).
+    async fn run_hooks(
+        &self,
+        hooks: &TurnHooks,
+        event: HookEvent,
+        names: &[String],
+        fields: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<Answers, Cancelled> {
+        let mode = crate::hooks::permission_mode(lock(self.workspace.policy).mode());
+        hooks.run(event, names, mode, fields, self.workspace.host.launcher(), self.cancel).await
+    }
+
+    /// What hooks outside a tool call said, as a notice (a run with
+    /// nothing to say is not shown).
+    fn hook_notice(&self, event: HookEvent, answers: &Answers) {
+        let said: Vec<&str> = answers.notes.iter().map(String::as_str).filter(|note| !note.ends_with(": ok")).collect();
+        if said.is_empty() {
+            return;
+        }
+        let title = format!("{} hook", event.name());
+        let text = format!("What the {} hooks said:\n{}", event.name(), said.join("\n"));
+        self.events.emit(AgentEvent::Notice { title, text });
+    }
+
+    /// Writes down an answer that outlasts the session; says so when it
+    /// cannot (it then holds for the session only).
+    async fn keep(&self, remembered: crate::permission::Remembered) {
+        let Some(rules) = self.rules.cloned() else { return };
+        let kept = tokio::task::spawn_blocking(move || rules.keep(&remembered)).await;
+        let failed = match kept {
+            Ok(Ok(())) => return,
+            Ok(Err(err)) => err.to_string(),
+            Err(err) => err.to_string(),
+        };
+        self.events.emit(AgentEvent::Notice {
+            title: "A rule was not kept".to_owned(),
+            text: format!("A rule was not kept: it holds in this session only ({}).", shown(&failed, Lines::One)),
+        });
     }
 
     /// The tools the session has (before the model's profile and refusals).
@@ -642,18 +795,23 @@ impl Turn<'_> {
     }
 
     /// The permission step: the policy's verdict on what the call touches,
-    /// and the user's answer when the policy asks. Before asking, a built-in
-    /// call's refusals that do not depend on the answer are decided
-    /// ([`tools::precheck`]): such a call is refused and nothing is asked. A
-    /// call read from the model's text (`from_text`) asks in every mode but
-    /// `full-auto`, whatever was allowed before, and says where it came
-    /// from. `Err` carries the result for the model (and the flow) of a call
-    /// that will not run; the call is already reported finished then.
+    /// the `PreToolUse` hooks (unless the policy refuses the call), and the
+    /// user's answer when the policy (or a hook) asks. A hook's "allow"
+    /// skips the mode's question, never a refusal, never the question about
+    /// leaving the sandbox and never the question about a call read from
+    /// text. Before asking, a built-in call's refusals that do not depend on
+    /// the answer are decided ([`tools::precheck`]): such a call is refused
+    /// and nothing is asked. A call read from the model's text (`from_text`)
+    /// asks in every mode but `full-auto`, whatever was allowed before, and
+    /// says where it came from. `Err` carries the result for the model (and
+    /// the flow) of a call that will not run; the call is already reported
+    /// finished then.
     async fn permit(
         &self,
         asked: Asked<'_>,
         runnable: &Runnable<'_>,
         context: &ToolContext<'_>,
+        hooks: &TurnHooks,
     ) -> Result<Permit, (String, Flow)> {
         let Asked { call, kind, description, raw_input, from_text } = asked;
         let workspace = &self.workspace;
@@ -666,88 +824,196 @@ impl Turn<'_> {
             Verdict::Allow if from_text && mode != Mode::FullAuto => Verdict::Ask,
             other => other,
         };
-        match verdict {
-            Verdict::Allow => Ok(Permit { approved: false, answered: None }),
-            Verdict::Deny(reason) => {
-                self.finish_call(&call.id, ToolOutcome::failed(reason.clone()));
-                Err((reason, Flow::Continue))
+        let mut permit = Permit { approved: false, answered: None, notes: Vec::new(), context: None };
+        if let Verdict::Deny(reason) = verdict {
+            self.finish_call(&call.id, ToolOutcome::failed(reason.clone()));
+            return Err((reason, Flow::Continue));
+        }
+        let mut verdict = verdict;
+        let names = crate::hooks::tool_names(&call.name);
+        if hooks.any(HookEvent::PreToolUse, &names) {
+            let fields = tool_fields(call, raw_input.as_ref(), &description.access);
+            let answers = match self.run_hooks(hooks, HookEvent::PreToolUse, &names, fields).await {
+                Ok(answers) => answers,
+                Err(Cancelled) => {
+                    self.finish_call(&call.id, ToolOutcome::cancelled());
+                    return Err((CANCELLED_RESULT.to_owned(), Flow::Cancelled));
+                }
+            };
+            permit.notes = answers.notes.clone();
+            self.show_notes(&call.id, &permit.notes);
+            if let Some(reason) = &answers.stop {
+                let message = format!("Not run: a hook stopped the turn ({reason}).");
+                self.finish_noted(&call.id, ToolOutcome::failed(message.clone()), &permit.notes);
+                self.events.emit(AgentEvent::Notice {
+                    title: "A hook stopped the turn".to_owned(),
+                    text: format!("A hook stopped the turn: {}", shown(reason, Lines::Many)),
+                });
+                return Err((message, Flow::Stopped));
             }
-            Verdict::Ask => {
-                if let Runnable::Builtin(prepared) = runnable
-                    && let Some(refusal) = tools::precheck(prepared, context).await
-                {
-                    let (for_model, flow) = match refusal.status {
-                        OutcomeStatus::Cancelled => (CANCELLED_RESULT.to_owned(), Flow::Cancelled),
-                        OutcomeStatus::Completed | OutcomeStatus::Failed => (refusal.for_model.clone(), Flow::Continue),
-                    };
-                    self.finish_call(&call.id, refusal);
-                    return Err((for_model, flow));
-                }
-                let (mut choices, caution) = {
-                    let policy = lock(workspace.policy);
-                    let access = &description.access;
-                    (policy.options(access, workspace.roots), policy.caution(access, workspace.roots))
-                };
-                // Why this asks whatever was remembered, said first.
-                let (mut title, mut preview) = match caution {
-                    Some(why) => {
-                        let mut preview = vec![DisplayContent::Text(format!("**Asked every time:** {why}."))];
-                        preview.extend(description.preview.iter().cloned());
-                        (format!("{} — {why}", description.title), preview)
-                    }
-                    None => (description.title.clone(), description.preview.clone()),
-                };
-                if from_text {
-                    // Nothing to remember: the next such call asks again.
-                    choices.retain(|choice| !matches!(choice.answer, Answer::AllowAlways(_)));
-                    title.push_str(" (read from the model's text)");
-                    preview.insert(0, DisplayContent::Text(FROM_TEXT_NOTE.to_owned()));
-                }
-                let question = PermissionQuestion {
-                    call_id: call.id.clone(),
-                    title,
-                    kind,
-                    locations: description.locations.clone(),
-                    preview,
-                    raw_input,
-                    choices,
-                    parent_call_id: None,
-                };
-                let answer = match workspace.approver.ask(&question).or_cancel(self.cancel).await {
-                    Err(Cancelled) => Answer::Cancelled,
-                    Ok(Ok(answer)) => answer,
-                    Ok(Err(err)) => {
-                        let message = format!("Not run: the editor could not ask the user for permission ({err}).");
-                        self.finish_call(&call.id, ToolOutcome::failed(message.clone()));
-                        return Err((message, Flow::Continue));
-                    }
-                };
-                lock(workspace.policy).remember(&description.access, workspace.roots, answer);
-                match answer {
-                    Answer::AllowOnce | Answer::AllowAlways(_) | Answer::AllowOutside => {
-                        Ok(Permit { approved: true, answered: Some(answer) })
-                    }
-                    Answer::RejectOnce | Answer::RejectAlways(_) => {
-                        let message = "The user declined this tool call. Do not retry it as is; \
-                                       ask the user how to proceed or take another approach."
-                            .to_owned();
-                        self.finish_call(&call.id, ToolOutcome::failed("Declined by the user."));
-                        Err((message, Flow::Continue))
-                    }
-                    Answer::Cancelled => {
-                        self.finish_call(&call.id, ToolOutcome::cancelled());
-                        Err((CANCELLED_RESULT.to_owned(), Flow::Cancelled))
-                    }
-                }
+            if let Some(reason) = answers.block_reason() {
+                let message = format!("Not run: a PreToolUse hook blocked this call: {reason}");
+                self.finish_noted(&call.id, ToolOutcome::failed(message.clone()), &permit.notes);
+                return Err((message, Flow::Continue));
+            }
+            permit.context = answers.context_text();
+            // A hook's allow skips the mode's question only: not a request
+            // to leave the sandbox, not a call read from the model's text,
+            // not a cautioned call (asked every time: `Policy::caution`).
+            let must_ask = {
+                let policy = lock(workspace.policy);
+                let access = &description.access;
+                from_text || policy.leaves_sandbox(access) || policy.caution(access, workspace.roots).is_some()
+            };
+            verdict = match (verdict, answers.decision) {
+                (Verdict::Allow, Some(HookDecision::Ask)) => Verdict::Ask,
+                (Verdict::Ask, Some(HookDecision::Allow)) if !must_ask => Verdict::Allow,
+                (verdict, _) => verdict,
+            };
+        }
+        if verdict != Verdict::Ask {
+            return Ok(permit);
+        }
+        if let Runnable::Builtin(prepared) = runnable
+            && let Some(refusal) = tools::precheck(prepared, context).await
+        {
+            let (for_model, flow) = match refusal.status {
+                OutcomeStatus::Cancelled => (CANCELLED_RESULT.to_owned(), Flow::Cancelled),
+                OutcomeStatus::Completed | OutcomeStatus::Failed => (refusal.for_model.clone(), Flow::Continue),
+            };
+            self.finish_noted(&call.id, refusal, &permit.notes);
+            return Err((for_model, flow));
+        }
+        let (mut choices, caution) = {
+            let policy = lock(workspace.policy);
+            let access = &description.access;
+            (policy.options(access, workspace.roots), policy.caution(access, workspace.roots))
+        };
+        // Why this asks whatever was remembered, said first.
+        let (mut title, mut preview) = match caution {
+            Some(why) => {
+                let mut preview = vec![DisplayContent::Text(format!("**Asked every time:** {why}."))];
+                preview.extend(description.preview.iter().cloned());
+                (format!("{} — {why}", description.title), preview)
+            }
+            None => (description.title.clone(), description.preview.clone()),
+        };
+        if from_text {
+            // Nothing to remember: the next such call asks again.
+            choices.retain(|choice| !matches!(choice.answer, Answer::AllowAlways(_)));
+            title.push_str(" (read from the model's text)");
+            preview.insert(0, DisplayContent::Text(FROM_TEXT_NOTE.to_owned()));
+        }
+        let question = PermissionQuestion {
+            call_id: call.id.clone(),
+            title,
+            kind,
+            locations: description.locations.clone(),
+            preview,
+            raw_input,
+            choices,
+            parent_call_id: None,
+        };
+        let answer = match workspace.approver.ask(&question).or_cancel(self.cancel).await {
+            Err(Cancelled) => Answer::Cancelled,
+            Ok(Ok(answer)) => answer,
+            Ok(Err(err)) => {
+                let message = format!("Not run: the editor could not ask the user for permission ({err}).");
+                self.finish_noted(&call.id, ToolOutcome::failed(message.clone()), &permit.notes);
+                return Err((message, Flow::Continue));
+            }
+        };
+        let kept = lock(workspace.policy).remember(&description.access, workspace.roots, answer);
+        if let Some(kept) = kept {
+            self.keep(kept).await;
+        }
+        match answer {
+            Answer::AllowOnce | Answer::AllowAlways(_) | Answer::AllowOutside => {
+                permit.approved = true;
+                permit.answered = Some(answer);
+                Ok(permit)
+            }
+            Answer::RejectOnce | Answer::RejectAlways(_) => {
+                let message = "The user declined this tool call. Do not retry it as is; \
+                               ask the user how to proceed or take another approach."
+                    .to_owned();
+                self.finish_noted(&call.id, ToolOutcome::failed("Declined by the user."), &permit.notes);
+                Err((message, Flow::Continue))
+            }
+            Answer::Cancelled => {
+                self.finish_noted(&call.id, ToolOutcome::cancelled(), &permit.notes);
+                Err((CANCELLED_RESULT.to_owned(), Flow::Cancelled))
             }
         }
+    }
+
+    /// The `PostToolUse` hooks of a call that completed: what they said is
+    /// added to the call's notes and what they give the model to its
+    /// result; the flow after them.
+    async fn post_tool_use(
+        &self,
+        call: &ToolCallRequest,
+        (raw_input, access): (Option<&serde_json::Value>, &Access),
+        (outcome, for_model, notes): (&ToolOutcome, &mut String, &mut Vec<String>),
+        hooks: &TurnHooks,
+    ) -> Flow {
+        let names = crate::hooks::tool_names(&call.name);
+        if outcome.status != OutcomeStatus::Completed || !hooks.any(HookEvent::PostToolUse, &names) {
+            return Flow::Continue;
+        }
+        let mut fields = tool_fields(call, raw_input, access);
+        let mut response = serde_json::Map::new();
+        response.insert("success".to_owned(), serde_json::json!(true));
+        response.insert("output".to_owned(), serde_json::json!(outcome.for_model));
+        if let Some(path) = target_path(access) {
+            response.insert("filePath".to_owned(), serde_json::json!(path));
+        }
+        fields.insert("tool_response".to_owned(), serde_json::Value::Object(response));
+        let answers = match self.run_hooks(hooks, HookEvent::PostToolUse, &names, fields).await {
+            Ok(answers) => answers,
+            Err(Cancelled) => {
+                notes.push("PostToolUse hooks: cancelled".to_owned());
+                return Flow::Cancelled;
+            }
+        };
+        notes.extend(answers.notes.iter().cloned());
+        if let Some(context) = answers.context_text() {
+            for_model.push_str(&format!("\n\n[What the user's PostToolUse hooks said after this call]\n{context}"));
+        }
+        match answers.stop {
+            Some(reason) => {
+                self.events.emit(AgentEvent::Notice {
+                    title: "A hook stopped the turn".to_owned(),
+                    text: shown(&reason, Lines::Many).into_owned(),
+                });
+                Flow::Stopped
+            }
+            None => Flow::Continue,
+        }
+    }
+
+    /// Shows hook notes on a call while it waits or runs.
+    fn show_notes(&self, id: &str, notes: &[String]) {
+        if notes.is_empty() {
+            return;
+        }
+        let content = vec![DisplayContent::Text(notes.join("\n"))];
+        self.update(id, ToolCallChange { content: Some(content), ..ToolCallChange::default() });
+    }
+
+    /// The final update of a call, its hooks' notes after its own content.
+    fn finish_noted(&self, id: &str, mut outcome: ToolOutcome, notes: &[String]) {
+        if !notes.is_empty() {
+            outcome.content.push(DisplayContent::Text(notes.join("\n")));
+        }
+        self.finish_call(id, outcome);
     }
 
     /// One call: describe it, judge it, maybe ask, run it, report it.
     /// `from_text`: the call was read from the model's answer text; `plan`:
     /// `exit_plan_mode` is among the tools (see [`Conversation::plan_tools`]).
     /// Returns the result for the model.
-    async fn run_tool(&self, call: &ToolCallRequest, from_text: bool, plan: bool) -> (String, Flow) {
+    async fn run_tool(&self, call: &ToolCallRequest, from_text: bool, plan: bool, hooks: &TurnHooks) -> (String, Flow) {
         let workspace = &self.workspace;
         let raw_input = serde_json::from_str::<serde_json::Value>(&call.arguments).ok();
         let (mut runnable, kind, description) = match self.prepare(call, plan) {
@@ -794,11 +1060,12 @@ impl Turn<'_> {
             progress: &progress,
             seen: workspace.seen,
         };
-        let asked = Asked { call, kind, description: &description, raw_input, from_text };
-        let Permit { approved, answered } = match self.permit(asked, &runnable, &context).await {
-            Ok(permit) => permit,
-            Err(refused) => return refused,
-        };
+        let asked = Asked { call, kind, description: &description, raw_input: raw_input.clone(), from_text };
+        let Permit { approved, answered, mut notes, context: hook_context } =
+            match self.permit(asked, &runnable, &context, hooks).await {
+                Ok(permit) => permit,
+                Err(refused) => return refused,
+            };
         if let (Runnable::Builtin(prepared), Access::Fetch { .. }) = (&mut runnable, &description.access) {
             let remembered = lock(workspace.policy).fetch_hosts();
             prepared.set_host_trust(HostTrust { remembered, approved });
@@ -837,18 +1104,26 @@ impl Turn<'_> {
         if let Some(watch) = watch {
             watch.after_command().await;
         }
-        let flow = if outcome.status == OutcomeStatus::Cancelled || self.cancel.is_cancelled() {
+        let mut flow = if outcome.status == OutcomeStatus::Cancelled || self.cancel.is_cancelled() {
             Flow::Cancelled
         } else {
             Flow::Continue
         };
         // A call that finished although the turn was cancelled (a write
         // that had started) reports what it did: the turn still stops.
-        let for_model = match outcome.status {
+        let mut for_model = match outcome.status {
             OutcomeStatus::Cancelled => CANCELLED_RESULT.to_owned(),
             OutcomeStatus::Completed | OutcomeStatus::Failed => outcome.for_model.clone(),
         };
-        self.finish_call(&call.id, outcome);
+        if let Some(said) = hook_context {
+            for_model.push_str(&format!("\n\n[What the user's PreToolUse hooks said about this call]\n{said}"));
+        }
+        if flow == Flow::Continue {
+            let access = &description.access;
+            let noted = (&outcome, &mut for_model, &mut notes);
+            flow = self.post_tool_use(call, (raw_input.as_ref(), access), noted, hooks).await;
+        }
+        self.finish_noted(&call.id, outcome, &notes);
         (for_model, flow)
     }
 
@@ -1169,12 +1444,60 @@ struct Permit {
     approved: bool,
     /// The user's answer, when they were asked.
     answered: Option<Answer>,
+    /// What its `PreToolUse` hooks said (shown on the call).
+    notes: Vec<String>,
+    /// What they gave the model.
+    context: Option<String>,
+}
+
+/// What a prompt's hooks decided.
+enum Prompted {
+    /// Send it (with what the hooks added), and run these hooks for the turn.
+    Go(TurnHooks, Vec<UserPart>),
+    /// A hook blocked it; the user was told.
+    Blocked,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Flow {
     Continue,
     Cancelled,
+    /// A hook stopped the turn (`continue: false`): it ends, not cancelled.
+    Stopped,
+}
+
+/// The fields of a tool call's hook input: its name, its input (the
+/// model's arguments, with `file_path` added for a file tool as Claude
+/// Code's have it), its id.
+fn tool_fields(
+    call: &ToolCallRequest,
+    raw_input: Option<&serde_json::Value>,
+    access: &Access,
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut input = match raw_input {
+        Some(serde_json::Value::Object(input)) => input.clone(),
+        _ => serde_json::Map::new(),
+    };
+    if let Some(path) = target_path(access)
+        && !input.contains_key("file_path")
+    {
+        input.insert("file_path".to_owned(), serde_json::json!(path));
+    }
+    let mut fields = serde_json::Map::new();
+    fields.insert("tool_name".to_owned(), serde_json::json!(call.name));
+    fields.insert("tool_input".to_owned(), serde_json::Value::Object(input));
+    fields.insert("tool_use_id".to_owned(), serde_json::json!(call.id));
+    fields
+}
+
+/// The file a file tool's call touches (its real path), if it is one.
+fn target_path(access: &Access) -> Option<String> {
+    match access {
+        Access::Read(targets) | Access::Write(targets) if targets.len() == 1 => {
+            targets.first().map(|target| target.real.display().to_string())
+        }
+        _ => None,
+    }
 }
 
 /// The title shown while the model is still writing a call's arguments.
@@ -1748,13 +2071,15 @@ mod cancelled_write_tests {
             context: &config.context,
             steers: None,
             agents: &crate::agents::Agents::builtin(),
+            rules: None,
+            hooks: None,
         };
         let call = ToolCallRequest {
             id: "call_1".into(),
             name: "write_file".into(),
             arguments: r#"{"path": "new.txt", "content": "hello\n"}"#.into(),
         };
-        let (for_model, flow) = turn.run_tool(&call, false, false).await;
+        let (for_model, flow) = turn.run_tool(&call, false, false, &TurnHooks::none()).await;
         assert_eq!(flow, Flow::Cancelled, "the turn stops");
         assert_eq!(for_model, "Created new.txt (1 line).");
         assert_eq!(std::fs::read_to_string(dir.path().join("new.txt")).unwrap(), "hello\n");

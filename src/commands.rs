@@ -49,6 +49,8 @@ pub enum CommandKind {
     Redo,
     /// List the turns `/undo` can take back.
     Checkpoints,
+    /// List the permission rules: the session's, the project's, the user's.
+    Permissions,
     /// A user command: send this prompt template.
     Custom {
         /// The prompt, with `$ARGUMENTS` where the arguments go.
@@ -96,6 +98,12 @@ pub fn available(cwd: &Path, user_dir: Option<&Path>) -> Vec<SlashCommand> {
         ),
         builtin("redo", "Apply the last undone turn again", None, CommandKind::Redo),
         builtin("checkpoints", "List the turns /undo can take back, with their files", None, CommandKind::Checkpoints),
+        builtin(
+            "permissions",
+            "List the permission rules: this session's, this project's and yours",
+            None,
+            CommandKind::Permissions,
+        ),
     ];
     let project = cwd.join(".lathe").join("commands");
     let user = user_dir.map(|dir| dir.join("commands"));
@@ -269,9 +277,21 @@ mod tests {
         let names: Vec<&str> = commands.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(
             names,
-            ["compact", "clear", "init", "model", "mode", "undo", "redo", "checkpoints", "review", "ship"]
+            [
+                "compact",
+                "clear",
+                "init",
+                "model",
+                "mode",
+                "undo",
+                "redo",
+                "checkpoints",
+                "permissions",
+                "review",
+                "ship"
+            ]
         );
-        assert_eq!(commands[8].kind, CommandKind::Custom { template: "project review".into() });
+        assert_eq!(commands[9].kind, CommandKind::Custom { template: "project review".into() });
         assert_eq!(commands[1].kind, CommandKind::Clear);
     }
 }

@@ -63,6 +63,9 @@ pub struct Config {
     /// written it in a terminal). Set by whoever loaded it; `None` re-reads
     /// the file it came from, if any.
     pub origin: Option<ConfigOrigin>,
+    /// The user's hooks (`[[hooks.<Event>]]`, see `crate::hooks`): trusted,
+    /// as the rest of this file is.
+    pub hooks: Vec<HookSpec>,
 }
 
 /// How a variable of the environment is read: its value, or `None`.
@@ -90,6 +93,66 @@ impl fmt::Debug for ConfigOrigin {
         f.debug_struct("ConfigOrigin").field("cli_path", &self.cli_path).finish_non_exhaustive()
     }
 }
+
+/// When a hook runs: Claude Code's event names (see `crate::hooks`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum HookEvent {
+    /// Before a tool call runs (after the policy's verdict, before its question).
+    PreToolUse,
+    /// After a tool call completed.
+    PostToolUse,
+    /// When a prompt is submitted, before the model sees it.
+    UserPromptSubmit,
+    /// When the model is done with a turn.
+    Stop,
+    /// At the first prompt of a session (new, loaded or resumed).
+    SessionStart,
+}
+
+impl HookEvent {
+    /// Every event, in the order of a turn.
+    pub const ALL: [HookEvent; 5] = [
+        HookEvent::SessionStart,
+        HookEvent::UserPromptSubmit,
+        HookEvent::PreToolUse,
+        HookEvent::PostToolUse,
+        HookEvent::Stop,
+    ];
+
+    /// Its name, in files and on a hook's stdin (`hook_event_name`).
+    pub fn name(self) -> &'static str {
+        match self {
+            HookEvent::PreToolUse => "PreToolUse",
+            HookEvent::PostToolUse => "PostToolUse",
+            HookEvent::UserPromptSubmit => "UserPromptSubmit",
+            HookEvent::Stop => "Stop",
+            HookEvent::SessionStart => "SessionStart",
+        }
+    }
+
+    /// The event with this name.
+    pub fn from_name(name: &str) -> Option<HookEvent> {
+        HookEvent::ALL.into_iter().find(|event| event.name() == name)
+    }
+}
+
+/// One hook: `command` run by `sh -c` at `event`, for what `matcher`
+/// matches (a tool name, or for `SessionStart` how the session started;
+/// `None`, `""` or `"*"`: everything), killed after `timeout`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct HookSpec {
+    /// When it runs.
+    pub event: HookEvent,
+    /// What it runs for (a regular expression matched against the whole name).
+    pub matcher: Option<String>,
+    /// The shell command.
+    pub command: String,
+    /// How long it may take.
+    pub timeout: Duration,
+}
+
+/// How long a hook may run unless it says otherwise.
+pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Environment variable that makes lathe act as if the sandbox were
 /// unavailable on this machine (`1`), or some of its parts (`landlock`,
@@ -684,6 +747,32 @@ struct ConfigToml {
     sandbox: SandboxToml,
     #[serde(default)]
     sessions: SessionsToml,
+    #[serde(default)]
+    hooks: HooksToml,
+}
+
+/// `[hooks]` of the config, and the whole of a project's `.lathe/hooks.toml`.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct HooksToml {
+    #[serde(rename = "PreToolUse", default)]
+    pre_tool_use: Vec<HookToml>,
+    #[serde(rename = "PostToolUse", default)]
+    post_tool_use: Vec<HookToml>,
+    #[serde(rename = "UserPromptSubmit", default)]
+    user_prompt_submit: Vec<HookToml>,
+    #[serde(rename = "Stop", default)]
+    stop: Vec<HookToml>,
+    #[serde(rename = "SessionStart", default)]
+    session_start: Vec<HookToml>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HookToml {
+    matcher: Option<String>,
+    command: String,
+    timeout_secs: Option<f64>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -913,6 +1002,7 @@ impl Config {
             sandbox: default_sandbox(env),
             local_servers: Vec::new(),
             origin: None,
+            hooks: Vec::new(),
         }
     }
 
@@ -965,6 +1055,7 @@ impl Config {
             sandbox: sandbox_settings(&raw.sandbox, path, env).map_err(invalid)?,
             local_servers: Vec::new(),
             origin: None,
+            hooks: hook_specs(raw.hooks, "hooks.").map_err(invalid)?,
         })
     }
 
@@ -1136,6 +1227,70 @@ fn model_config(
         extra_body,
         price_input_per_mtok: m.price_input_per_mtok,
         price_output_per_mtok: m.price_output_per_mtok,
+    })
+}
+
+/// The hooks of a `[hooks]` table (keys named with `prefix`), checked: a
+/// command that is not blank, a matcher that is a regular expression, a
+/// positive timeout.
+fn hook_specs(raw: HooksToml, prefix: &str) -> Result<Vec<HookSpec>, Invalid> {
+    let events = [
+        (HookEvent::SessionStart, raw.session_start),
+        (HookEvent::UserPromptSubmit, raw.user_prompt_submit),
+        (HookEvent::PreToolUse, raw.pre_tool_use),
+        (HookEvent::PostToolUse, raw.post_tool_use),
+        (HookEvent::Stop, raw.stop),
+    ];
+    let mut specs = Vec::new();
+    for (event, hooks) in events {
+        for (index, hook) in hooks.into_iter().enumerate() {
+            let key = |name: &str| format!("{prefix}{}[{index}].{name}", event.name());
+            if hook.command.trim().is_empty() {
+                return Err(invalid(&key("command"), "is empty"));
+            }
+            if let Some(matcher) = &hook.matcher
+                && let Err(err) = hook_matcher(matcher)
+            {
+                return Err(invalid(&key("matcher"), format!("not a regular expression: {}", one_line(&err))));
+            }
+            let timeout = seconds(hook.timeout_secs, &key("timeout_secs"), DEFAULT_HOOK_TIMEOUT)?;
+            specs.push(HookSpec { event, matcher: hook.matcher, command: hook.command, timeout });
+        }
+    }
+    Ok(specs)
+}
+
+/// A hook's matcher as a regular expression matching a whole name; `None`
+/// for one that matches everything (`""`, `"*"`).
+pub fn hook_matcher(matcher: &str) -> Result<Option<regex_automata::meta::Regex>, String> {
+    let matcher = matcher.trim();
+    if matcher.is_empty() || matcher == "*" {
+        return Ok(None);
+    }
+    regex_automata::meta::Regex::new(&format!("^(?:{matcher})$")).map(Some).map_err(|err| err.to_string())
+}
+
+/// A project's `.lathe/hooks.toml` (`[[PreToolUse]]` tables and so on, the
+/// keys of the config's `[[hooks.PreToolUse]]`), checked the same way;
+/// `path` names it in the error.
+pub fn project_hooks(text: &str, path: &Path) -> Result<Vec<HookSpec>, ConfigError> {
+    let parse_error =
+        |line: usize, key: String, message: String| ConfigError::Parse { path: path.to_path_buf(), line, key, message };
+    let deserializer = toml::Deserializer::parse(text).map_err(|err| {
+        let line = err.span().map(|span| line_of(text, span.start)).unwrap_or(0);
+        parse_error(line, String::new(), one_line(err.message()))
+    })?;
+    let raw = serde_path_to_error::deserialize::<_, HooksToml>(deserializer).map_err(|err| {
+        let key = err.path().to_string();
+        let inner = err.into_inner();
+        let line = inner.span().map(|span| line_of(text, span.start)).unwrap_or(0);
+        let key = if key.is_empty() || key == "." { String::new() } else { format!("{key}: ") };
+        parse_error(line, key, one_line(inner.message()))
+    })?;
+    hook_specs(raw, "").map_err(|(key, message)| ConfigError::Invalid {
+        path: path.display().to_string(),
+        key,
+        message,
     })
 }
 

@@ -86,6 +86,7 @@ pub mod doctor;
 pub mod errors;
 pub mod fork;
 pub mod fs_guard;
+pub mod hooks;
 pub mod http;
 pub mod mcp;
 pub mod model;

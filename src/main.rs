@@ -62,6 +62,10 @@ enum Command {
     /// The saved sessions: list, show (as Markdown), rm, prune.
     #[command(subcommand)]
     Sessions(lathe::cli::sessions::SessionsCommand),
+    /// The permission rules kept beyond a session: list, rm, clear, and
+    /// import a repository's .lathe/permissions.toml rule by rule.
+    #[command(subcommand)]
+    Permissions(lathe::cli::permissions::PermissionsCommand),
     /// Write a commented config file for a provider preset to the default
     /// location (or --config); never overwrites.
     Init(lathe::cli::init::InitArgs),
@@ -198,6 +202,31 @@ fn run_command(cli: Cli, command: Command) -> anyhow::Result<ExitCode> {
                 }
             }
         }
+        Command::Permissions(command) => {
+            init_logging(cli.log_level.as_deref(), cli.log_file.as_deref(), "warn")?;
+            let places = lathe::cli::permissions::Places {
+                cwd: std::env::current_dir().context("reading the current directory")?,
+                data_dir: lathe::store::default_data_dir(cli.data_dir.as_deref(), &env),
+                user_dir: lathe::config::user_dir(&env),
+            };
+            let mut input = std::io::stdin().lock();
+            let terminal =
+                lathe::cli::permissions::Terminal { interactive: std::io::stdin().is_terminal(), input: &mut input };
+            match lathe::cli::permissions::run(command, &places, &mut stdout, terminal) {
+                Ok(()) => Ok(ExitCode::SUCCESS),
+                Err(lathe::cli::permissions::PermissionsError::Usage(message)) => {
+                    eprintln!("lathe permissions: {message}");
+                    Ok(ExitCode::from(2))
+                }
+                Err(err) => {
+                    eprintln!(
+                        "lathe permissions: {}",
+                        lathe::present::text::shown(&err.to_string(), lathe::present::text::Lines::One)
+                    );
+                    Ok(ExitCode::FAILURE)
+                }
+            }
+        }
         Command::Doctor(args) => {
             init_logging(cli.log_level.as_deref(), cli.log_file.as_deref(), "error")?;
             let data_dir = lathe::store::default_data_dir(cli.data_dir.as_deref(), &env);
@@ -301,6 +330,7 @@ fn run_terminal(cli: Cli, command: Command) -> anyhow::Result<ExitCode> {
         Command::SandboxExec(_)
         | Command::Doctor(_)
         | Command::Sessions(_)
+        | Command::Permissions(_)
         | Command::Init(_)
         | Command::Setup(_)
         | Command::Logout

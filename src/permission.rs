@@ -397,6 +397,12 @@ impl Policy {
         }
     }
 
+    /// Whether running this call would take a command out of the sandbox
+    /// in use: a question no hook and no rule may skip.
+    pub fn leaves_sandbox(&self, access: &Access) -> bool {
+        matches!(access, Access::Execute { outside: true, .. }) && self.confinement.in_use()
+    }
+
     /// The current mode.
     pub fn mode(&self) -> Mode {
         self.mode
@@ -723,6 +729,12 @@ pub trait Approver: Send + Sync {
     /// Asks and waits for the answer.
     fn ask<'a>(&'a self, question: &'a PermissionQuestion) -> BoxFuture<'a, Result<Answer, ApprovalError>>;
 
+    /// Whether anybody can answer (`lathe exec` without a terminal cannot):
+    /// what only a question may allow is then left undone, not asked.
+    fn can_ask(&self) -> bool {
+        true
+    }
+
     /// Puts a question of the model's (`ask_user`) or the plan's approval
     /// (`exit_plan_mode`) to the user and waits for the answer. The default
     /// has no one to ask (a front end without a user, a sub-agent).
@@ -919,13 +931,27 @@ mod tests {
             |access: &Access| policy.options(access, &roots()).into_iter().map(|c| c.label).collect::<Vec<_>>();
         assert_eq!(
             labels(&run("cargo test --all")),
-            ["Allow", "Always allow `cargo test --all` for this session", "Reject", "Always reject `cargo test …` for this session"]
+            [
+                "Allow",
+                "Always allow `cargo test --all` for this session",
+                "Reject",
+                "Always reject `cargo test …` for this session"
+            ]
         );
         assert_eq!(labels(&run("cat README.md"))[1], "Always allow `cat …` inside the project for this session");
-        assert_eq!(labels(&run("git log --oneline"))[1], "Always allow `git log …` inside the project for this session");
-        assert_eq!(labels(&run("echo `date`; ls"))[1..], ["Reject", "Always reject `` echo `date`; ls `` for this session"]);
+        assert_eq!(
+            labels(&run("git log --oneline"))[1],
+            "Always allow `git log …` inside the project for this session"
+        );
+        assert_eq!(
+            labels(&run("echo `date`; ls"))[1..],
+            ["Reject", "Always reject `` echo `date`; ls `` for this session"]
+        );
         assert_eq!(ids(&mcp("publish", false)), vec!["allow_once", "allow_always", "reject_once", "reject_always"]);
-        assert_eq!(policy.options(&mcp("publish", false), &roots())[1].label, "Always allow `publish` from `docs` for this session");
+        assert_eq!(
+            policy.options(&mcp("publish", false), &roots())[1].label,
+            "Always allow `publish` from `docs` for this session"
+        );
     }
 
     /// "Always" for an MCP tool covers that tool of that server only.
@@ -992,7 +1018,10 @@ mod tests {
         let mut policy = Policy::new(Mode::Ask);
         let docs = web("https://docs.rs/serde", "docs.rs", false);
         let local = web("http://localhost:8080/a", "localhost:8080", true);
-        assert_eq!(policy.options(&local, &roots())[1].label, "Always allow fetching from `localhost:8080` for this session");
+        assert_eq!(
+            policy.options(&local, &roots())[1].label,
+            "Always allow fetching from `localhost:8080` for this session"
+        );
         policy.remember(&docs, &roots(), Answer::AllowOnce);
         assert_eq!(policy.judge(&docs, &roots()), Verdict::Ask, "once is once");
         policy.remember(&local, &roots(), Answer::AllowAlways(Lasting::Session));
@@ -1064,7 +1093,10 @@ mod tests {
         for (first, second) in &table {
             let mut policy = Policy::new(Mode::Ask);
             assert_eq!(policy.judge(&run(first), &roots), Verdict::Ask, "{first} asks at first");
-            assert!(policy.options(&run(first), &roots).iter().any(|c| c.answer == Answer::AllowAlways(Lasting::Session)), "{first}");
+            assert!(
+                policy.options(&run(first), &roots).iter().any(|c| c.answer == Answer::AllowAlways(Lasting::Session)),
+                "{first}"
+            );
             policy.remember(&run(first), &roots, Answer::AllowAlways(Lasting::Session));
             assert_eq!(policy.judge(&run(first), &roots), Verdict::Allow, "{first} is allowed again");
             assert_eq!(policy.judge(&run(second), &roots), Verdict::Ask, "{second} after {first}");
@@ -1264,10 +1296,7 @@ mod lasting_tests {
         };
         // Nowhere to keep rules: as before, for this session.
         assert_eq!(ids(&policy, &run("cargo test")), ["allow_once", "allow_always", "reject_once", "reject_always"]);
-        assert_eq!(
-            policy.options(&run("cargo test"), &roots())[3].answer,
-            Answer::RejectAlways(Lasting::Session)
-        );
+        assert_eq!(policy.options(&run("cargo test"), &roots())[3].answer, Answer::RejectAlways(Lasting::Session));
         policy.set_standing(Some(RuleSet::default()), Some(RuleSet::default()));
         let labels: Vec<String> = policy.options(&run("cargo test"), &roots()).into_iter().map(|c| c.label).collect();
         assert_eq!(

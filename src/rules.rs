@@ -218,7 +218,11 @@ impl RuleToml {
             .flatten()
             .filter(|key| !allowed.contains(key))
             .collect();
-            if extra.is_empty() { Ok(()) } else { Err(format!("`{}` does not belong in this rule", extra.join("`, `"))) }
+            if extra.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("`{}` does not belong in this rule", extra.join("`, `")))
+            }
         };
         if let Some(command) = &self.command {
             only(&["cwd"])?;
@@ -245,7 +249,9 @@ impl RuleToml {
             only(&[])?;
             return if allow {
                 let rule = shell::read_only_rule(program).ok_or_else(|| {
-                    format!("`{program}` is not a read-only program lathe knows (see README, \"Tools and permissions\")")
+                    format!(
+                        "`{program}` is not a read-only program lathe knows (see README, \"Tools and permissions\")"
+                    )
                 })?;
                 Ok(Rule::Command(rule))
             } else {
@@ -455,7 +461,10 @@ pub fn load(path: &Path, project: Option<&Path>) -> Loaded {
 /// A file of lathe's own (the data or config directory): regular, capped.
 fn read_capped(path: &Path) -> std::io::Result<Option<(String, u64)>> {
     use std::io::Read as _;
-    let file = match std::fs::OpenOptions::new().read(true).custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32).open(path)
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(path)
     {
         Ok(file) => file,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -650,6 +659,11 @@ impl SessionRules {
         }
     }
 
+    /// No files: the rules of a session whose project is unknown hold in memory only.
+    pub fn nowhere(cwd: &Path) -> SessionRules {
+        SessionRules { root: cwd.to_path_buf(), project: None, user: None, project_dir: None }
+    }
+
     /// Reads both files, and whether the repository's own rule file needs
     /// its one-time notice. Blocking.
     pub fn load(&self) -> Standing {
@@ -798,7 +812,12 @@ mod tests {
             ]
         );
         let lines: Vec<&str> = loaded.warnings.iter().map(|w| w.split(": ").next().unwrap()).collect();
-        assert_eq!(lines, ["/rules.toml:6", "/rules.toml:9", "/rules.toml:11", "/rules.toml:14"], "{:#?}", loaded.warnings);
+        assert_eq!(
+            lines,
+            ["/rules.toml:6", "/rules.toml:9", "/rules.toml:11", "/rules.toml:14"],
+            "{:#?}",
+            loaded.warnings
+        );
         assert!(loaded.warnings[1].contains("not a read-only program"), "{}", loaded.warnings[1]);
         assert!(loaded.warnings[2].contains("never remembers"), "{}", loaded.warnings[2]);
         assert!(loaded.warnings[3].contains("colour"), "{}", loaded.warnings[3]);

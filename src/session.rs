@@ -445,6 +445,12 @@ pub struct Session {
     steers: Steers,
     /// The agents its `task` calls can run, once set (else the built-ins).
     agents: OnceLock<crate::agents::Agents>,
+    /// Where its "always" answers that outlast it are kept (set at its first prompt).
+    rules: OnceLock<Arc<crate::rules::SessionRules>>,
+    /// Its hooks (set at its first prompt).
+    hooks: OnceLock<Arc<crate::hooks::SessionHooks>>,
+    /// What the user was told once already.
+    told: Mutex<Vec<String>>,
 }
 
 /// A prompt's turn, registered (so it can be cancelled) but not yet running.
@@ -533,6 +539,9 @@ impl Session {
             seen: crate::tools::versions::FileVersions::default(),
             external: std::sync::OnceLock::new(),
             checkpoints: std::sync::OnceLock::new(),
+            rules: OnceLock::new(),
+            hooks: OnceLock::new(),
+            told: Mutex::new(Vec::new()),
             steers: Steers::new(journal.clone()),
             agents: OnceLock::new(),
             journal,
@@ -568,6 +577,37 @@ impl Session {
     /// Gives the session its agents; only the first call counts.
     pub fn set_agents(&self, agents: crate::agents::Agents) {
         let _ = self.agents.set(agents);
+    }
+
+    /// Gives the session its rule files; only the first call counts. Returns the session's.
+    pub fn set_rules(&self, rules: Arc<crate::rules::SessionRules>) -> Arc<crate::rules::SessionRules> {
+        Arc::clone(self.rules.get_or_init(|| rules))
+    }
+
+    /// The session's rule files, once known (at its first prompt).
+    pub fn rules(&self) -> Option<Arc<crate::rules::SessionRules>> {
+        self.rules.get().cloned()
+    }
+
+    /// Gives the session its hooks; only the first call counts. Returns the session's.
+    pub fn set_hooks(&self, hooks: Arc<crate::hooks::SessionHooks>) -> Arc<crate::hooks::SessionHooks> {
+        Arc::clone(self.hooks.get_or_init(|| hooks))
+    }
+
+    /// The session's hooks, once set up (at its first prompt).
+    pub fn hooks(&self) -> Option<Arc<crate::hooks::SessionHooks>> {
+        self.hooks.get().cloned()
+    }
+
+    /// Whether `said` is new to this session (and from now on it is not):
+    /// for what the user is told once per session.
+    pub fn first_time(&self, said: &str) -> bool {
+        let mut told = lock(&self.told);
+        if told.iter().any(|old| old == said) {
+            return false;
+        }
+        told.push(said.to_owned());
+        true
     }
 
     /// Gives the session its checkpoints; only the first call counts.

@@ -273,6 +273,90 @@ pub fn tool_limits(config: &Config) -> ToolLimits {
     }
 }
 
+/// What a turn needs of what outlasts the session: its rule files (their
+/// rules read afresh into the policy, so an edit or another session's
+/// answer holds from the next prompt) and its hooks; and what the user
+/// should be told about them, each said once per session: rule lines that
+/// were skipped, a repository's own rule file that lathe ignores.
+pub struct Standing {
+    /// The session's rule files.
+    pub rules: Arc<crate::rules::SessionRules>,
+    /// The session's hooks.
+    pub hooks: Arc<crate::hooks::SessionHooks>,
+    /// Warnings to show: a title and a text each.
+    pub notices: Vec<(String, String)>,
+}
+
+/// The session's rule files, found at its first use. Blocking work runs on a blocking thread.
+pub async fn session_rules(config: &Config, session: &Session) -> Arc<crate::rules::SessionRules> {
+    if let Some(rules) = session.rules() {
+        return rules;
+    }
+    let cwd = session.setup().cwd.clone();
+    let (data_dir, user_dir) = (config.data_dir.clone(), config.user_dir.clone());
+    let found = tokio::task::spawn_blocking(move || {
+        crate::rules::SessionRules::for_cwd(&cwd, data_dir.as_deref(), user_dir.as_deref())
+    })
+    .await
+    .unwrap_or_else(|_| crate::rules::SessionRules::nowhere(&session.setup().cwd));
+    session.set_rules(Arc::new(found))
+}
+
+/// Before a turn: see [`Standing`]. `resumed`: the session has a history
+/// (it was loaded or resumed), for `SessionStart`'s `source`.
+pub async fn standing(config: &Config, session: &Session, resumed: bool) -> Standing {
+    let rules = session_rules(config, session).await;
+    let loaded = {
+        let rules = Arc::clone(&rules);
+        tokio::task::spawn_blocking(move || rules.load()).await.unwrap_or_default()
+    };
+    crate::sync::lock(session.policy()).set_standing(loaded.project, loaded.user);
+    let mut notices = Vec::new();
+    if !loaded.warnings.is_empty() {
+        let text = format!(
+            "lathe skipped what it could not read as a rule; the other rules hold.\n{}",
+            loaded.warnings.iter().map(|warning| format!("- {warning}")).collect::<Vec<_>>().join("\n")
+        );
+        if session.first_time(&text) {
+            notices.push(("Some permission rules were skipped".to_owned(), text));
+        }
+    }
+    if let Some(text) = loaded.repository_notice {
+        notices.push(("This repository's permission rules are ignored".to_owned(), text));
+    }
+    let hooks = match session.hooks() {
+        Some(hooks) => hooks,
+        None => {
+            let transcript = session
+                .journal()
+                .and(config.data_dir.as_ref())
+                .map(|dir| dir.join("sessions").join(session.id().as_ref()).join("log.jsonl"));
+            let common = crate::hooks::Common {
+                session_id: session.id().to_string(),
+                transcript_path: transcript,
+                cwd: session.setup().cwd.clone(),
+                root: rules.root.clone(),
+            };
+            let hooks = crate::hooks::SessionHooks::new(&config.hooks, common, rules.project_dir.clone(), resumed);
+            session.set_hooks(Arc::new(hooks))
+        }
+    };
+    Standing { rules, hooks, notices }
+}
+
+/// `/permissions`: the "always" answers of the session, then the project's
+/// and the user's rules, as the user reads them.
+pub async fn permissions_list(config: &Config, session: &Session) -> String {
+    let rules = session_rules(config, session).await;
+    let here = crate::sync::lock(session.policy()).session_rules();
+    let listed = tokio::task::spawn_blocking(move || crate::rules::listing(Some((&here.0, &here.1)), &rules)).await;
+    let listed = listed.unwrap_or_else(|err| format!("The rules could not be read: {err}"));
+    format!(
+        "{listed}\nRemove a kept rule with `lathe permissions rm <id>` in a terminal, or edit its file; an \
+         answer for this session lasts until the session ends."
+    )
+}
+
 /// What a prompt asks for.
 pub enum Request {
     /// A turn with the model.

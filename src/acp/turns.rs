@@ -198,6 +198,11 @@ impl Server {
         if let Some(notice) = crate::undo::notice(&session).await {
             self.warnings.warn(session.id(), "Checkpoints are off for this session", &notice);
         }
+        let resumed = !turn.conversation().messages().is_empty();
+        let standing = setup::standing(&config, &session, resumed).await;
+        for (title, text) in &standing.notices {
+            self.warnings.warn(session.id(), title, text);
+        }
         let recorder = recording.as_ref().map(|recording| recording.host(&host));
         let host: &dyn crate::tools::Host = match &recorder {
             Some(recorder) => recorder,
@@ -222,6 +227,8 @@ impl Server {
             context: &config.context,
             steers: Some(session.steers()),
             agents: session.agents(),
+            rules: Some(&standing.rules),
+            hooks: Some(&standing.hooks),
         };
         let result = runner.run(turn.conversation(), parts).await;
         if let Some(recording) = recording
@@ -256,6 +263,7 @@ impl Server {
             CommandKind::Undo => self.undo_command(turn, events, arguments).await,
             CommandKind::Redo => self.redo_command(turn, events).await,
             CommandKind::Checkpoints => crate::undo::list(&session).await,
+            CommandKind::Permissions => setup::permissions_list(&self.config(), &session).await,
             CommandKind::Init | CommandKind::Custom { .. } => {
                 // Both are turned into ordinary turns by `classify`.
                 return Ok(StopReason::EndTurn);

@@ -179,6 +179,11 @@ impl Turn<'_> {
             context: self.context,
             steers: None,
             agents: self.agents,
+            // Its "always" answers are kept as the parent's are, and the
+            // user's hooks see its calls too (a hook that blocks a command
+            // blocks it in a sub-agent).
+            rules: self.rules,
+            hooks: self.hooks,
         };
         let ended = child.run(&mut conversation, vec![UserPart::Text { text: job }]).await;
         let stop = ended.as_ref().ok().copied();

@@ -328,6 +328,8 @@ impl Fixture {
             context: &self.config.context,
             steers: None,
             agents: &self.agents,
+            rules: None,
+            hooks: None,
         }
     }
 

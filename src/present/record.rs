@@ -176,7 +176,8 @@ pub fn to_updates(event: AgentEvent, offers: Offers, session: &SessionId) -> Vec
             history(SessionUpdate::UsageUpdate(update))
         }
         AgentEvent::Notice { title, text } if offers.notices => {
-            let notice = Notice::new(NoticeSeverity::Warning, title).description(text.trim().to_owned());
+            let notice =
+                Notice::new(NoticeSeverity::Warning, shown(&title, Lines::One)).description(text.trim().to_owned());
             vec![Out::Live(SessionUpdate::Notice(notice))]
         }
         AgentEvent::Notice { text, .. } => {

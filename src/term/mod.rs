@@ -334,6 +334,11 @@ impl Engine {
         if let Some(notice) = crate::undo::notice(&session).await {
             events.warn(&notice);
         }
+        let resumed = !turn.conversation().messages().is_empty();
+        let standing = setup::standing(&self.config, &session, resumed).await;
+        for (title, text) in &standing.notices {
+            events.warn(&format!("{title}: {text}"));
+        }
         let recorder = recording.as_ref().map(|recording| recording.host(&host));
         let host: &dyn Host = match &recorder {
             Some(recorder) => recorder,
@@ -358,6 +363,8 @@ impl Engine {
             context: &self.config.context,
             steers: Some(session.steers()),
             agents: session.agents(),
+            rules: Some(&standing.rules),
+            hooks: Some(&standing.hooks),
         };
         let result = runner.run(turn.conversation(), parts).await;
         if let Some(recording) = recording {
@@ -397,6 +404,7 @@ impl Engine {
                 show_done(events, &session, "Redo", done)
             }
             CommandKind::Checkpoints => crate::undo::list(&session).await,
+            CommandKind::Permissions => setup::permissions_list(&self.config, &session).await,
             // Both are turned into ordinary turns by `classify`.
             CommandKind::Init | CommandKind::Custom { .. } => return Ok(StopReason::EndTurn),
         };
