@@ -91,6 +91,13 @@ impl Drop for Withdraw {
 }
 
 impl Approver for TermApprover {
+    /// A controlling terminal to read the key from: stdin, or `/dev/tty`
+    /// (where the keys are read even when stdin is a pipe).
+    fn can_ask(&self) -> bool {
+        use std::io::IsTerminal as _;
+        std::io::stdin().is_terminal() || std::fs::OpenOptions::new().read(true).write(true).open("/dev/tty").is_ok()
+    }
+
     fn ask<'a>(&'a self, question: &'a PermissionQuestion) -> BoxFuture<'a, Result<Answer, ApprovalError>> {
         Box::pin(async move {
             let _reading = self.input.lock().await;

@@ -91,6 +91,7 @@ mod file_safety;
 mod fork;
 mod hygiene;
 mod journal;
+mod lasting;
 mod mcp;
 mod mock_server;
 mod official_client;
