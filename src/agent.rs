@@ -844,7 +844,9 @@ impl Turn<'_> {
             self.show_notes(&call.id, &permit.notes);
             if let Some(reason) = &answers.stop {
                 let message = format!("Not run: a hook stopped the turn ({reason}).");
-                self.finish_noted(&call.id, ToolOutcome::failed(message.clone()), &permit.notes);
+                // What a hook said is shown escaped; the model reads it as it is.
+                let shown_message = shown(&message, Lines::Many).into_owned();
+                self.finish_noted(&call.id, ToolOutcome::failed(shown_message), &permit.notes);
                 self.events.emit(AgentEvent::Notice {
                     title: "A hook stopped the turn".to_owned(),
                     text: format!("A hook stopped the turn: {}", shown(reason, Lines::Many)),
@@ -853,7 +855,8 @@ impl Turn<'_> {
             }
             if let Some(reason) = answers.block_reason() {
                 let message = format!("Not run: a PreToolUse hook blocked this call: {reason}");
-                self.finish_noted(&call.id, ToolOutcome::failed(message.clone()), &permit.notes);
+                let shown_message = shown(&message, Lines::Many).into_owned();
+                self.finish_noted(&call.id, ToolOutcome::failed(shown_message), &permit.notes);
                 return Err((message, Flow::Continue));
             }
             permit.context = answers.context_text();

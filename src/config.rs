@@ -1989,6 +1989,42 @@ max_output_tokens = 8192
     }
 
     #[test]
+    fn hooks_parse_and_are_checked() {
+        let model = "[models.m]\nbase_url = \"http://x/v1\"\nmodel = \"a\"\n";
+        let hooks = parse(&format!(
+            "{model}[[hooks.PostToolUse]]\nmatcher = \"Write|Edit\"\ncommand = \"fmt\"\n\
+             [[hooks.Stop]]\ncommand = \"check\"\ntimeout_secs = 0.5\n"
+        ))
+        .unwrap()
+        .hooks;
+        let got: Vec<(HookEvent, Option<&str>, &str, Duration)> =
+            hooks.iter().map(|h| (h.event, h.matcher.as_deref(), h.command.as_str(), h.timeout)).collect();
+        assert_eq!(
+            got,
+            [
+                (HookEvent::PostToolUse, Some("Write|Edit"), "fmt", DEFAULT_HOOK_TIMEOUT),
+                (HookEvent::Stop, None, "check", Duration::from_millis(500)),
+            ]
+        );
+        for (bad, key) in [
+            ("[[hooks.PreToolUse]]\ncommand = \" \"\n", "hooks.PreToolUse[0].command"),
+            ("[[hooks.PreToolUse]]\nmatcher = \"(\"\ncommand = \"x\"\n", "hooks.PreToolUse[0].matcher"),
+            ("[[hooks.Stop]]\ncommand = \"x\"\ntimeout_secs = 0\n", "hooks.Stop[0].timeout_secs"),
+            ("[[hooks.Notification]]\ncommand = \"x\"\n", "Notification"),
+            ("[[hooks.Stop]]\ncommand = \"x\"\ntype = \"prompt\"\n", "type"),
+        ] {
+            let err = parse(&format!("{model}{bad}")).unwrap_err().to_string();
+            assert!(err.contains(key), "{bad}: {err}");
+            assert!(!err.contains('\n'), "{err}");
+        }
+        let project =
+            project_hooks("[[PreToolUse]]\nmatcher = \"Bash\"\ncommand = \"x\"\n", Path::new("h.toml")).unwrap();
+        assert_eq!(project.len(), 1);
+        let err = project_hooks("[[PreToolUse]]\ncommand = \"x\"\n[[Nope]]\n", Path::new("h.toml")).unwrap_err();
+        assert!(err.to_string().contains("h.toml:3"), "{err}");
+    }
+
+    #[test]
     fn retry_keys_parse_and_are_checked() {
         let model = "[models.m]\nbase_url = \"http://x/v1\"\nmodel = \"a\"\n";
         let defaults = parse(model).unwrap().network;
@@ -2043,6 +2079,19 @@ max_output_tokens = 8192
         let priced = Config::from_toml_str(&priced, Path::new("config.example.toml"), &no_env).unwrap();
         let cost = priced.models["openai"].priced(1_000_000, 100_000).unwrap();
         assert!((cost - 2.25).abs() < 1e-9, "the example prices parse and price: {cost}");
+        assert!(config.hooks.is_empty(), "the hooks are examples");
+        let hooked = text.replace(
+            "\n# [[hooks.PreToolUse]]\n# matcher = \"Bash\"\n# command = \"~/bin/check-command\"\n# timeout_secs = 10\n",
+            "\n[[hooks.PreToolUse]]\nmatcher = \"Bash\"\ncommand = \"~/bin/check-command\"\ntimeout_secs = 10\n",
+        );
+        let hooked = Config::from_toml_str(&hooked, Path::new("config.example.toml"), &no_env).unwrap();
+        let expected = HookSpec {
+            event: HookEvent::PreToolUse,
+            matcher: Some("Bash".to_owned()),
+            command: "~/bin/check-command".to_owned(),
+            timeout: Duration::from_secs(10),
+        };
+        assert_eq!(hooked.hooks, [expected]);
         let off = text.replace("\nfetch = true\n", "\nfetch = false\n");
         let off = Config::from_toml_str(&off, Path::new("config.example.toml"), &no_env).unwrap();
         assert_eq!(off.tools, ToolSettings { fetch: false }, "[tools] fetch = false turns the tool off");

@@ -102,10 +102,13 @@ impl Hook {
         Some(Hook { spec, origin, matcher })
     }
 
-    /// Whether it runs for a call or a start with one of these names.
+    /// Whether it runs for a call or a start with one of these names. An
+    /// event that names nothing (`UserPromptSubmit`, `Stop`) ignores the
+    /// matcher, as Claude Code does.
     fn matches(&self, names: &[String]) -> bool {
         match &self.matcher {
             None => true,
+            Some(_) if names.is_empty() => true,
             Some(regex) => names.iter().any(|name| regex.is_match(name.as_str())),
         }
     }
@@ -826,6 +829,7 @@ mod tests {
         assert!(hook(HookEvent::PreToolUse, Some("*")).matches(&names("grep")));
         assert!(hook(HookEvent::PreToolUse, Some("")).matches(&names("grep")));
         assert!(hook(HookEvent::PreToolUse, None).matches(&names("grep")));
+        assert!(hook(HookEvent::UserPromptSubmit, Some("Bash")).matches(&[]), "prompts and stops name nothing");
     }
 
     fn answer(event: HookEvent, code: i32, stdout: &str, stderr: &str) -> Answers {

@@ -176,14 +176,15 @@ pub fn to_updates(event: AgentEvent, offers: Offers, session: &SessionId) -> Vec
             history(SessionUpdate::UsageUpdate(update))
         }
         AgentEvent::Notice { title, text } if offers.notices => {
-            let notice =
-                Notice::new(NoticeSeverity::Warning, shown(&title, Lines::One)).description(text.trim().to_owned());
+            // Escaped here whoever made it (escaping escaped text changes nothing).
+            let notice = Notice::new(NoticeSeverity::Warning, shown(&title, Lines::One))
+                .description(shown(text.trim(), Lines::Many).into_owned());
             vec![Out::Live(SessionUpdate::Notice(notice))]
         }
         AgentEvent::Notice { text, .. } => {
             let message_id = MessageId::new(format!("notice_{}", uuid::Uuid::new_v4().simple()));
             history(SessionUpdate::AgentMessageChunk(
-                ContentChunk::new(ContentBlock::from(text)).message_id(message_id),
+                ContentChunk::new(ContentBlock::from(shown(&text, Lines::Many).into_owned())).message_id(message_id),
             ))
         }
         AgentEvent::ModeChanged(mode) => {

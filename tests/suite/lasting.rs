@@ -39,7 +39,9 @@ async fn new_session(h: &mut Harness, cwd: &Path) -> String {
     let id = h.agent.request("session/new", json!({"cwd": cwd, "mcpServers": []})).await;
     let (_, response) = h.agent.response(id).await;
     let session = response["result"]["sessionId"].as_str().unwrap_or_else(|| panic!("{response}")).to_owned();
-    h.agent.until("the slash commands", |m| m["params"]["update"]["sessionUpdate"] == "available_commands_update").await;
+    h.agent
+        .until("the slash commands", |m| m["params"]["update"]["sessionUpdate"] == "available_commands_update")
+        .await;
     session
 }
 
@@ -51,7 +53,12 @@ fn write(dir: &Path, path: &str, text: &str) -> PathBuf {
 }
 
 fn option_ids(request: &Value) -> Vec<String> {
-    request["params"]["options"].as_array().unwrap().iter().map(|o| o["optionId"].as_str().unwrap().to_owned()).collect()
+    request["params"]["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["optionId"].as_str().unwrap().to_owned())
+        .collect()
 }
 
 /// The text of a tool call's last content.
@@ -154,11 +161,15 @@ async fn a_hostile_workspace_rule_file_grants_nothing() {
         ("call_c", "shell", json!({"command": "cat README.md"})),
     ]));
     h.mock.push(text_reply("asked thrice"));
-    let answers = [Permission::Select("reject_once"), Permission::Select("reject_once"), Permission::Select("reject_once")];
+    let answers =
+        [Permission::Select("reject_once"), Permission::Select("reject_once"), Permission::Select("reject_once")];
     let mut editor = FakeEditor::answering(&answers);
     let (before, _) = run(&mut h, &session, &mut editor).await;
-    let asked: Vec<&Value> =
-        editor.requests_for("session/request_permission").iter().map(|r| &r["params"]["toolCall"]["toolCallId"]).collect();
+    let asked: Vec<&Value> = editor
+        .requests_for("session/request_permission")
+        .iter()
+        .map(|r| &r["params"]["toolCall"]["toolCallId"])
+        .collect();
     assert_eq!(asked, ["call_w", "call_e", "call_c"], "the repository's file granted nothing");
     assert!(!project.join("a.txt").exists());
     let told = agent_text(&before);
@@ -248,7 +259,10 @@ async fn an_untrusted_project_hook_runs_only_once_trusted_and_again_after_a_chan
     let mut h = Harness::with_config("[sandbox]\nmode = \"off\"\n").await;
     let log = h.home.path().join("hook.log");
     let hook = |extra: &str| {
-        format!("[[PreToolUse]]\nmatcher = \"shell\"\ncommand = {}\n", quoted(&format!("echo ran >> '{}'{extra}", log.display())))
+        format!(
+            "[[PreToolUse]]\nmatcher = \"shell\"\ncommand = {}\n",
+            quoted(&format!("echo ran >> '{}'{extra}", log.display()))
+        )
     };
     write(&h.project, ".lathe/hooks.toml", &hook(""));
     let ran = || std::fs::read_to_string(&log).map(|text| text.lines().count()).unwrap_or(0);
