@@ -214,7 +214,7 @@ async fn a_rule_file_with_a_broken_line_still_loads_the_others() {
 #[tokio::test]
 async fn a_pre_tool_use_hook_blocks_a_command_and_the_model_hears_why() {
     let config = "[[hooks.PreToolUse]]\nmatcher = \"Bash\"\n\
-                  command = \"cat > /dev/null; echo 'rm is not for agents' >&2; exit 2\"\n";
+                  command = \"cat > /dev/null; printf 'rm is not for agents\\\\033[2J' >&2; exit 2\"\n";
     let mut h = Harness::with_config(config).await;
     std::fs::create_dir_all(h.project.join("build")).unwrap();
     let session = h.session().await;
@@ -228,7 +228,9 @@ async fn a_pre_tool_use_hook_blocks_a_command_and_the_model_hears_why() {
     assert_eq!(final_status(&before, "call_rm"), "failed");
     let result = tool_result(&h.mock.chat_requests()[1].body, "call_rm");
     assert!(result.contains("rm is not for agents"), "{result}");
-    assert!(call_text(&before, "call_rm").contains("PreToolUse hook"), "{}", call_text(&before, "call_rm"));
+    let shown = call_text(&before, "call_rm");
+    assert!(shown.contains("PreToolUse hook"), "{shown}");
+    assert!(shown.contains(r"rm is not for agents\\u{1b}[2J") && !shown.contains(r"\u001b"), "escaped: {shown}");
 }
 
 /// Issue 32: a `PostToolUse` formatter hook runs after a write (its input
@@ -317,19 +319,155 @@ async fn hooked_turn(h: &mut Harness, session: String, answers: Vec<Permission>)
 async fn a_sleeping_hook_is_killed_on_cancel() {
     let clock = FrozenClock::hold().await;
     let marker = format!("61.{}", std::process::id());
-    let config = format!("[[hooks.PreToolUse]]\ncommand = \"sleep {marker}\"\n");
+    // A tree: the shell, a sleep in the background and one it waits for.
+    let config = format!("[[hooks.PreToolUse]]\ncommand = \"sleep {marker} & sleep {marker}; wait\"\n");
     let mut h = Harness::with_config(&config).await;
     let session = h.session().await;
     set_mode(&mut h, &session, "full-auto").await;
     h.mock.push(tool_call_reply(&[("call_s", "shell", json!({"command": "echo never"}))]));
     let id = prompt(&mut h.agent, &session, "go").await;
-    poll_until("the hook sleeps", WAIT, || live_processes(&format!("sleep {marker}")).len() == 1).await;
+    poll_until("the hook sleeps", WAIT, || live_processes(&format!("sleep {marker}")).len() == 2).await;
     h.agent.notify("session/cancel", json!({"sessionId": session})).await;
     let (after, response) = h.agent.response(id).await;
     assert_eq!(clock.elapsed(), Duration::ZERO, "answered without waiting out a timer");
     assert_eq!(response["result"]["stopReason"], "cancelled");
     assert_eq!(final_status(&after, "call_s"), "failed");
-    assert!(live_processes(&format!("sleep {marker}")).is_empty(), "the hook was killed");
+    assert!(live_processes(&format!("sleep {marker}")).is_empty(), "the hook was killed, its whole tree");
+}
+
+/// Issue 32: a hook that hangs past its timeout is killed, the timeout is
+/// shown on the call, and the turn goes on (the clock is frozen: only the
+/// test's advance lets the timeout fire).
+#[tokio::test(start_paused = true)]
+async fn a_hook_past_its_timeout_is_killed_and_the_turn_goes_on() {
+    let clock = FrozenClock::hold().await;
+    let marker = format!("62.{}", std::process::id());
+    let config = format!("[[hooks.PreToolUse]]\ncommand = \"sleep {marker}\"\ntimeout_secs = 30\n");
+    let mut h = Harness::with_config(&config).await;
+    let session = h.session().await;
+    set_mode(&mut h, &session, "full-auto").await;
+    h.mock.push(tool_call_reply(&[("call_t", "shell", json!({"command": "echo went on"}))]));
+    h.mock.push(text_reply("ok"));
+    let id = prompt(&mut h.agent, &session, "go").await;
+    poll_until("the hook sleeps", WAIT, || live_processes(&format!("sleep {marker}")).len() == 1).await;
+    clock.advance(Duration::from_secs(30)).await;
+    let (after, response) = h.agent.response(id).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn");
+    assert_eq!(final_status(&after, "call_t"), "completed", "a hook that times out does not block");
+    let shown = call_text(&after, "call_t");
+    assert!(shown.contains("timed out after 30 s"), "{shown}");
+    assert!(tool_result(&h.mock.chat_requests()[1].body, "call_t").contains("went on"));
+    poll_until("the hook is gone", WAIT, || live_processes(&format!("sleep {marker}")).is_empty()).await;
+}
+
+/// Issue 32: `SessionStart` hooks speak to the model at a session's first
+/// prompt, a `Stop` hook sends the model back to work, and a
+/// `UserPromptSubmit` hook that exits 2 keeps a prompt from the model and
+/// tells the user why.
+#[tokio::test]
+async fn prompt_start_and_stop_hooks_run_at_their_points() {
+    let stopped = tempfile::NamedTempFile::new().unwrap();
+    let stopped = stopped.path().with_extension("stopped");
+    let stop =
+        format!("[ -e '{0}' ] && exit 0; touch '{0}'; echo 'run the tests first' >&2; exit 2", stopped.display());
+    let config = format!(
+        "[[hooks.SessionStart]]\ncommand = \"echo 'branch: main'\"\n\
+         [[hooks.UserPromptSubmit]]\nmatcher = \"ignored\"\n\
+         command = \"grep -q secret || exit 0; echo 'no secrets in prompts' >&2; exit 2\"\n\
+         [[hooks.Stop]]\ncommand = {}\n",
+        quoted(&stop)
+    );
+    let mut h = Harness::with_config(&config).await;
+    let session = h.session().await;
+    h.mock.push(text_reply("done"));
+    h.mock.push(text_reply("tests ran"));
+    let (_, response) = run(&mut h, &session, &mut FakeEditor::answering(&[])).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn");
+    let requests = h.mock.chat_requests();
+    assert_eq!(requests.len(), 2, "the Stop hook sent the model back once");
+    assert!(
+        requests[0].body["messages"].to_string().contains("branch: main"),
+        "SessionStart's output reached the model"
+    );
+    assert!(
+        requests[1].body["messages"].to_string().contains("run the tests first"),
+        "Stop's reason reached the model"
+    );
+    let _ = std::fs::remove_file(&stopped);
+
+    let id = prompt(&mut h.agent, &session, "my secret is hunter2").await;
+    let (told, response) = h.agent.response(id).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn");
+    assert_eq!(h.mock.chat_requests().len(), 2, "the blocked prompt never reached the model");
+    let told = agent_text(&told);
+    assert!(told.contains("no secrets in prompts"), "{told}");
+}
+
+/// Issue 32, in the real binary: a hook's stdout is read by lathe, never
+/// written to lathe's own stdout (the protocol), and a cancel kills the
+/// hook's whole process tree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_the_binary_a_hook_never_writes_on_the_protocol_and_dies_at_a_cancel() {
+    let marker = format!("63.{}", std::process::id());
+    let command = format!("echo 'not json'; echo '{{\"jsonrpc\":\"2.0\"}}'; sleep {marker} & sleep {marker}; wait");
+    let config = format!("[[hooks.PreToolUse]]\ncommand = {}\n", quoted(&command));
+    let mut h = Harness::process(&config, &[]).await;
+    let session = h.session().await;
+    set_mode(&mut h, &session, "full-auto").await;
+    h.mock.push(tool_call_reply(&[("call_p", "shell", json!({"command": "echo never"}))]));
+    let id = prompt(&mut h.agent, &session, "go").await;
+    poll_until("the hook sleeps", WAIT, || live_processes(&format!("sleep {marker}")).len() == 2).await;
+    h.agent.notify("session/cancel", json!({"sessionId": session})).await;
+    let (after, response) = h.agent.response(id).await;
+    assert_eq!(response["result"]["stopReason"], "cancelled");
+    assert_eq!(final_status(&after, "call_p"), "failed");
+    poll_until("the hook's tree is gone", WAIT, || live_processes(&format!("sleep {marker}")).is_empty()).await;
+    h.agent.assert_stdout_is_only_jsonrpc();
+    assert!(!h.agent.raw_stdout_lines().iter().any(|line| line == "not json"));
+}
+
+/// Issue 32, in the real binary: `lathe exec` with no terminal to ask on
+/// skips a project's untrusted hooks, with a notice; once the set is
+/// trusted (as a terminal or an editor would keep it) exec runs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_without_a_terminal_skips_untrusted_project_hooks() {
+    let term = super::term_exec::Term::start("").await;
+    let ran = term.home.path().join("ran");
+    let hooks = format!("[[UserPromptSubmit]]\ncommand = {}\n", quoted(&format!("touch '{}'", ran.display())));
+    write(&term.project, ".lathe/hooks.toml", &hooks);
+    let exec = |term: &super::term_exec::Term| {
+        // A new session without a controlling terminal: /dev/tty cannot be opened.
+        let inner = term.std_command(&["exec", "hello"]);
+        let mut command = tokio::process::Command::new("setsid");
+        command.arg("--wait").arg(inner.get_program()).args(inner.get_args());
+        command.current_dir(inner.get_current_dir().unwrap());
+        for (name, value) in inner.get_envs() {
+            match value {
+                Some(value) => command.env(name, value),
+                None => command.env_remove(name),
+            };
+        }
+        command.stdin(std::process::Stdio::null()).kill_on_drop(true).output()
+    };
+    term.mock.push(text_reply("hi"));
+    let output = tokio::time::timeout(Duration::from_secs(60), exec(&term)).await.unwrap().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(!ran.exists(), "an untrusted project hook never runs");
+    assert!(stderr.contains("This project's hooks did not run"), "{stderr}");
+
+    // Trusted, as "Trust them for this project" keeps it (in the data directory).
+    let hash = lathe::hooks::read_project_hooks(&term.project).hash;
+    let folder = lathe::rules::project_dir(&term.home.path().join(".local/share/lathe"), &term.project);
+    write(
+        &folder,
+        "hooks-trust.toml",
+        &format!("project = {}\nsha256 = \"{hash}\"\n", quoted(&term.project.display().to_string())),
+    );
+    term.mock.push(text_reply("hi"));
+    let output = tokio::time::timeout(Duration::from_secs(60), exec(&term)).await.unwrap().unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(ran.exists(), "a trusted set runs in exec too");
 }
 
 /// Issue 32: a hook's "allow" skips only the mode's question: a command
@@ -376,4 +514,96 @@ async fn a_hook_cannot_let_a_command_out_of_the_sandbox() {
     assert!(result.contains("Permission denied"), "{result}");
     assert_eq!(updates_for(&before, "call_1").last().unwrap()["rawOutput"]["sandboxed"], true);
     assert!(!target.exists(), "nothing was written outside");
+}
+
+/// `lathe permissions <args>` in `project`, with `home` as the home (nothing
+/// of the developer's environment leaks in): its exit code and stdout.
+fn permissions_command(home: &Path, project: &Path, args: &[&str]) -> (i32, String) {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_lathe"));
+    command.arg("permissions").args(args).current_dir(project);
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("LATHE_") {
+            command.env_remove(&name);
+        }
+    }
+    let output = command
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("XDG_DATA_HOME", home.join(".local/share"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    (output.status.code().unwrap_or(-1), format!("{stdout}{}", String::from_utf8_lossy(&output.stderr)))
+}
+
+/// Issue 32: `lathe permissions list | rm | clear` (the binary) show and
+/// change the project's and the user's rule files; `import` (which asks on
+/// a terminal, here through the library) keeps only the repository's rules
+/// the user accepts, never one for a directory outside the project.
+#[test]
+fn permissions_are_listed_removed_cleared_and_imported() {
+    let home = tempfile::tempdir().unwrap();
+    let project = home.path().join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    let project = project.canonicalize().unwrap();
+    let data = home.path().join(".local/share/lathe");
+    let file = lathe::rules::RuleFile::project(&data, &project);
+    let root = quoted(&project.display().to_string());
+    write(
+        file.path.parent().unwrap(),
+        "permissions.toml",
+        &format!("project = {root}\n[[allow]]\nprogram = \"cat\"\n\n# mine\n[[reject]]\nprogram = \"git push\"\n"),
+    );
+    write(home.path(), ".config/lathe/permissions.toml", "[[allow]]\nfetch = \"docs.rs\"\n");
+
+    let (code, listed) = permissions_command(home.path(), &project, &["list"]);
+    assert_eq!(code, 0, "{listed}");
+    assert!(listed.contains("- p1 allow  `cat …` inside the project"), "{listed}");
+    assert!(listed.contains("- p2 reject `git push …`"), "{listed}");
+    assert!(listed.contains("- u1 allow  fetching from `docs.rs`"), "{listed}");
+    let (code, said) = permissions_command(home.path(), &project, &["rm", "p2"]);
+    assert_eq!((code, said.trim()), (0, "removed 1 rule"));
+    let (_, listed) = permissions_command(home.path(), &project, &["list"]);
+    assert!(!listed.contains("git push") && listed.contains("p1 allow"), "{listed}");
+    let (code, said) = permissions_command(home.path(), &project, &["rm", "p7"]);
+    assert_eq!(code, 2, "{said}");
+    let (code, said) = permissions_command(home.path(), &project, &["clear", "--user"]);
+    assert_eq!((code, said.trim()), (0, "removed 1 rule (yours)"));
+    let (_, listed) = permissions_command(home.path(), &project, &["list"]);
+    assert!(!listed.contains("docs.rs") && listed.contains("p1 allow"), "{listed}");
+    let (code, said) = permissions_command(home.path(), &project, &["clear"]);
+    assert_eq!((code, said.trim()), (0, "removed 1 rule (this project's)"));
+
+    // import: each rule of the repository's file is shown and asked about.
+    write(
+        &project,
+        ".lathe/permissions.toml",
+        "[[allow]]\nprogram = \"cat\"\n[[allow]]\ncommand = \"make\"\ncwd = \".\"\n\
+         [[allow]]\ncommand = \"make clean\"\ncwd = \"/\"\n",
+    );
+    let places = lathe::cli::permissions::Places {
+        cwd: project.clone(),
+        data_dir: Some(data.clone()),
+        user_dir: Some(home.path().join(".config/lathe")),
+    };
+    let import = || lathe::cli::permissions::PermissionsCommand::Import;
+    let mut input: &[u8] = b"";
+    let refused = lathe::cli::permissions::run(
+        import(),
+        &places,
+        &mut Vec::new(),
+        lathe::cli::permissions::Terminal { interactive: false, input: &mut input },
+    );
+    assert!(refused.is_err(), "import asks, so it needs a terminal");
+    let mut input: &[u8] = b"n\ny\n";
+    let mut out = Vec::new();
+    let terminal = lathe::cli::permissions::Terminal { interactive: true, input: &mut input };
+    lathe::cli::permissions::run(import(), &places, &mut out, terminal).unwrap();
+    let out = String::from_utf8(out).unwrap();
+    assert!(out.contains("`cat …` inside the project\n  keep it for this project? [y/N]"), "{out}");
+    assert!(out.contains("skipped (line 6)") && out.contains("outside the project"), "{out}");
+    assert!(out.contains("kept 1 rule"), "{out}");
+    let kept: Vec<String> = file.load().entries.iter().map(|entry| entry.rule.describe()).collect();
+    assert_eq!(kept, ["`make`"]);
 }
