@@ -99,7 +99,7 @@ async fn html_is_converted_to_markdown_and_shown_as_a_fetch() {
     assert_eq!(call["kind"], "fetch");
     let options = asked[0]["params"]["options"].as_array().unwrap();
     let always = options.iter().find(|o| o["optionId"] == "allow_always").unwrap();
-    assert_eq!(always["name"], format!("Always allow fetching from `localhost:{}`", web.port()));
+    assert_eq!(always["name"], format!("Always allow fetching from `localhost:{}` for this session", web.port()));
 
     let updates = updates_for(&before, "call_0");
     assert_eq!(updates[0]["kind"], "fetch");

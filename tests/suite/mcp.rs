@@ -178,7 +178,11 @@ async fn stdio_tools_are_offered_and_called_behind_permission() {
     assert_eq!(question["title"], "note (fixture): text=\"remember\"");
     let options: Vec<&str> =
         asked[1]["params"]["options"].as_array().unwrap().iter().map(|o| o["optionId"].as_str().unwrap()).collect();
-    assert_eq!(options, ["allow_once", "allow_always", "reject_once", "reject_always"]);
+    // For this session, this project, every project (issue 32).
+    assert_eq!(
+        options,
+        ["allow_once", "allow_always", "allow_always_project", "allow_always_user", "reject_once", "reject_always"]
+    );
 
     let started = updates_of_kind(&before, "tool_call");
     let echo_start = started.iter().find(|u| u["toolCallId"] == "call_e").unwrap();

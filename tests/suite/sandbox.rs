@@ -740,7 +740,10 @@ async fn ask_mode_runs_allowed_commands_sandboxed_unless_let_out() {
     let (before, _) = run(&mut h, &session, &mut editor).await;
     let asked = editor.requests_for("session/request_permission");
     assert_eq!(asked.len(), 2);
-    assert_eq!(option_ids(asked[0]), ["allow_once", "allow_always", "allow_outside", "reject_once", "reject_always"]);
+    assert_eq!(
+        option_ids(asked[0]),
+        ["allow_once", "allow_always", "allow_always_project", "allow_outside", "reject_once", "reject_always"]
+    );
     assert_eq!(final_status(&before, "call_1"), "failed", "allowed, but in the sandbox");
     assert_eq!(final_status(&before, "call_2"), "completed");
     assert!(outside.path().join("x").exists());
@@ -761,7 +764,10 @@ async fn without_a_sandbox_auto_mode_asks_and_says_so_once() {
         assert_eq!(response["result"]["stopReason"], "end_turn");
         let asked = editor.requests_for("session/request_permission");
         assert_eq!(asked.len(), 1, "auto mode asks without a sandbox");
-        assert_eq!(option_ids(asked[0]), ["allow_once", "allow_always", "reject_once", "reject_always"]);
+        assert_eq!(
+            option_ids(asked[0]),
+            ["allow_once", "allow_always", "allow_always_project", "reject_once", "reject_always"]
+        );
         assert_eq!(final_status(&before, call), "completed");
         assert!(h.project.join(file).exists());
         seen.extend(before);

@@ -115,7 +115,8 @@ async fn an_edit_asks_with_the_diff_and_allow_applies_it() {
     assert_eq!(params["sessionId"], session.as_str());
     assert_eq!(params["toolCall"]["toolCallId"], "call_e");
     let kinds: Vec<&str> = params["options"].as_array().unwrap().iter().map(|o| o["kind"].as_str().unwrap()).collect();
-    assert_eq!(kinds, ["allow_once", "allow_always", "reject_once", "reject_always"]);
+    // "Always" for this session, then for this project (issue 32).
+    assert_eq!(kinds, ["allow_once", "allow_always", "allow_always", "reject_once", "reject_always"]);
     let diff = &params["toolCall"]["content"][0];
     assert_eq!(diff["type"], "diff");
     assert_eq!(diff["path"], h.project.join("lib.rs").to_str().unwrap());
@@ -210,7 +211,7 @@ async fn always_allow_for_a_command_covers_only_what_it_says() {
     let asked = editor.requests_for("session/request_permission");
     let asked_ids: Vec<&Value> = asked.iter().map(|r| &r["params"]["toolCall"]["toolCallId"]).collect();
     assert_eq!(asked_ids, ["call_1", "call_3"], "the covered call did not ask; the outside one did");
-    assert_eq!(asked[0]["params"]["options"][1]["name"], "Always allow `cat …` inside the project");
+    assert_eq!(asked[0]["params"]["options"][1]["name"], "Always allow `cat …` inside the project for this session");
     assert_eq!(final_status(&before, "call_2"), "completed");
     assert!(!tool_result(&h.mock.requests()[3].body, "call_3").contains("top secret"));
 }
