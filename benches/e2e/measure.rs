@@ -42,7 +42,7 @@ use firehose::{Firehose, Reply};
 use stamped::{StampedAgent, chunk_sequence_numbers};
 
 /// Every section, in the order they run.
-pub const SECTIONS: [&str; 12] = [
+pub const SECTIONS: [&str; 13] = [
     "startup",
     "relay",
     "throughput",
@@ -55,6 +55,7 @@ pub const SECTIONS: [&str; 12] = [
     "list",
     "many",
     "churn",
+    "hooks",
 ];
 
 /// What to run and how much of it.
@@ -115,6 +116,8 @@ pub struct Options {
     pub many_gap: Duration,
     /// Sessions created and closed in one process.
     pub churn_sessions: usize,
+    /// Tool calls timed with a no-op `PreToolUse` hook, and as many without.
+    pub hook_calls: usize,
 }
 
 /// Patterns for grep and rg: a literal with a few hundred matches, a regex
@@ -161,6 +164,7 @@ impl Options {
             many_deltas: 2000,
             many_gap: Duration::from_millis(5),
             churn_sessions: 10_000,
+            hook_calls: 200,
         }
     }
 
@@ -189,6 +193,7 @@ impl Options {
             many_sessions: 3,
             many_deltas: 40,
             churn_sessions: 20,
+            hook_calls: 3,
             ..Options::full(bin)
         }
     }
@@ -484,6 +489,7 @@ pub fn run_all(opts: &Options, progress: &mut dyn FnMut(&str)) -> Report {
             "many" => scale::many(opts, &mut report),
             "churn" => scale::churn(opts, &mut report),
             "search" => runtime.block_on(search(opts, &mut report)),
+            "hooks" => runtime.block_on(hooks(opts, &mut report)),
             "tokens" => {
                 let bpe = match tokenizer.take().expect("the tokenizer was started") {
                     Tokenizer::Ready(bpe) => bpe,
@@ -1294,6 +1300,109 @@ async fn search(opts: &Options, report: &mut Report) {
          everything.",
         tree.display()
     ));
+}
+
+// ---------------------------------------------------------------------------
+// Hooks (issue 32).
+// ---------------------------------------------------------------------------
+
+/// The cost of a no-op `PreToolUse` hook per tool call: the same
+/// `read_file` call (a small file in the project, which no mode asks about)
+/// in two agents, one without hooks and one whose config has a user hook
+/// `exit 0` for every tool, alternating, `hook_calls` times each. The time
+/// of a call runs from its `tool_call` notification to its final update;
+/// the cost is the difference within each pair (the hooked call minus the
+/// plain one next to it).
+async fn hooks(opts: &Options, report: &mut Report) {
+    let mock = MockOpenAi::start().await;
+    let plain_home = Home::new(&mock.base_url());
+    let hooked_home =
+        Home::with_model_toml(&mock.base_url(), "[[hooks.PreToolUse]]\nmatcher = \"*\"\ncommand = \"exit 0\"\n");
+    let mut agents = Vec::new();
+    for home in [&plain_home, &hooked_home] {
+        std::fs::write(home.project.join("small.txt"), "one line\n").expect("the file read");
+        let config = home.config.to_string_lossy().into_owned();
+        let mut agent = AgentProcess::spawn(&["--config", &config], &[], home.path());
+        let session = handshake(&mut agent, json!({}), &home.project).await;
+        agents.push((agent, session));
+    }
+    let (mut plain, mut hooked, mut cost) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut completed, mut heard) = (0usize, 0usize);
+    // One unmeasured call each first (the hook's first start pages `sh` in).
+    for run in 0..=opts.hook_calls {
+        let mut pair = [Duration::ZERO; 2];
+        for (index, (agent, session)) in agents.iter_mut().enumerate() {
+            let id = format!("call_hook{index}_{run}");
+            let (took, status, shown) = hook_call(agent, &mock, session, &id).await;
+            if run == 0 {
+                continue;
+            }
+            completed += usize::from(status == "completed");
+            heard += usize::from(index == 1 && shown.contains("PreToolUse hook"));
+            pair[index] = took;
+        }
+        if run > 0 {
+            plain.push(ms(pair[0]));
+            hooked.push(ms(pair[1]));
+            cost.push(ms(pair[1]) - ms(pair[0]));
+        }
+    }
+    let calls = opts.hook_calls;
+    report.figures.push(Figure::new(
+        "hooks.plain_ms",
+        "Hooks: a `read_file` call without hooks (`tool_call` → completed)",
+        "ms",
+        plain,
+    ));
+    report.figures.push(Figure::new(
+        "hooks.noop_ms",
+        "Hooks: the same call with a no-op `PreToolUse` hook (`exit 0`)",
+        "ms",
+        hooked,
+    ));
+    report.figures.push(Figure::new("hooks.cost_ms", "Hooks: cost of a no-op `PreToolUse` hook per call", "ms", cost));
+    report.checks.push(Check {
+        key: "hooks.calls".to_owned(),
+        ok: completed == 2 * calls && heard == calls,
+        detail: format!(
+            "{completed} of {} calls completed; the hook's run was shown on {heard} of the {calls} hooked calls",
+            2 * calls
+        ),
+    });
+}
+
+/// One `read_file` call through `agent`: the time from its `tool_call`
+/// notification to its final update, its final status, and what was shown on it.
+async fn hook_call(agent: &mut AgentProcess, mock: &MockOpenAi, session: &str, id: &str) -> (Duration, String, String) {
+    mock.push(tool_call_reply(&[(id, "read_file", json!({"path": "small.txt"}))]));
+    mock.push(text_reply("done"));
+    let prompt_id = prompt(agent, session, "read it").await;
+    let (mut started, mut finished) = (None, None);
+    let mut shown = String::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Some(message) = agent.next_message(left).await else {
+            panic!("no answer to the hooked prompt\n--- agent stderr ---\n{}", agent.stderr());
+        };
+        let at = Instant::now();
+        let update = &message["params"]["update"];
+        if message["method"] == "session/update" && update["toolCallId"] == id {
+            shown.push_str(&update["content"].to_string());
+            if update["sessionUpdate"] == "tool_call" {
+                started.get_or_insert(at);
+            }
+            if let Some(status @ ("completed" | "failed")) = update["status"].as_str() {
+                finished = Some((at, status.to_owned()));
+            }
+        }
+        if message.get("method").is_none() && message["id"] == json!(prompt_id) {
+            break;
+        }
+    }
+    let started = started.expect("a tool_call notification");
+    let (finished, status) = finished.expect("a final tool call update");
+    (finished - started, status, shown)
 }
 
 // ---------------------------------------------------------------------------
