@@ -45,20 +45,21 @@
 //! appends what it remembers (with a comment naming the rule) and removes
 //! rules by cutting their text out, so the rest of a file, comments
 //! included, stays as the user left it. Every write takes the file's lock
-//! (`permissions.toml.lock`, `flock`), reads the file again and replaces it
-//! atomically (a private temporary file, then rename): files are `0600` in
-//! `0700` directories.
+//! (`permissions.toml.lock`, `crate::platform::files::lock`), reads the file
+//! again and replaces it atomically (a private temporary file, then rename):
+//! files are private in private directories (`crate::platform::private`:
+//! `0600` in `0700` on Unix).
 
 use std::fs::File;
 use std::io::Write as _;
 use std::ops::Range;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::permission::{Remembered, Rule, RuleSet, Scope};
+use crate::platform;
 use crate::present::text::{Lines, shown};
 use crate::tools::Tool;
 use crate::tools::shell::{self, CommandRule};
@@ -101,8 +102,8 @@ pub fn project_root(cwd: &Path) -> PathBuf {
 /// project at `root` (its rules, the hooks it was trusted to run) lives:
 /// `projects/<last component>-<16 hex digits of the SHA-256 of the path>`.
 pub fn project_dir(data_dir: &Path, root: &Path) -> PathBuf {
-    use std::os::unix::ffi::OsStrExt;
-    let digest = Sha256::digest(root.as_os_str().as_bytes());
+    // The path's bytes as the system holds them (on Unix, its bytes as is).
+    let digest = Sha256::digest(root.as_os_str().as_encoded_bytes());
     let hash: String = digest.iter().take(8).map(|byte| format!("{byte:02x}")).collect();
     let name: String = root
         .file_name()
@@ -461,11 +462,7 @@ pub fn load(path: &Path, project: Option<&Path>) -> Loaded {
 /// A file of lathe's own (the data or config directory): regular, capped.
 fn read_capped(path: &Path) -> std::io::Result<Option<(String, u64)>> {
     use std::io::Read as _;
-    let file = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
-        .open(path)
-    {
+    let file = match platform::files::open_read_nonblocking(path) {
         Ok(file) => file,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(err) => return Err(err),
@@ -505,16 +502,11 @@ const USER_HEADER: &str = "# Permission rules lathe keeps for every project:\n\
 # [[allow]] tables are \"always allow\" answers, [[reject]] tables \"always reject\" ones.\n\
 # You may edit them; `lathe permissions list` shows them and `lathe permissions rm` removes one.\n";
 
-/// Creates `dir` and its missing parents, private.
-pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
-}
-
 /// Replaces `path` with `bytes` atomically: a private (`0600`) temporary
 /// file beside it, then rename. The directory is created (private) first.
 pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().ok_or_else(|| std::io::Error::other("no parent directory"))?;
-    create_private_dir(dir)?;
+    platform::private::create_dir(dir)?;
     // tempfile creates its files 0600, and the rename keeps that.
     let mut file = tempfile::NamedTempFile::new_in(dir)?;
     file.write_all(bytes)?;
@@ -523,7 +515,7 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Holds `<path>.lock` (`flock`, exclusive) while it lives: every change of
+/// Holds `<path>.lock` (exclusive: `platform::files::lock`) while it lives: every change of
 /// a file lathe keeps (read, change, replace) runs under it, so two lathe
 /// processes never lose each other's changes.
 pub struct FileLock(#[allow(dead_code)] File);
@@ -534,16 +526,10 @@ impl FileLock {
         let mut name = path.as_os_str().to_owned();
         name.push(".lock");
         if let Some(dir) = path.parent() {
-            create_private_dir(dir)?;
+            platform::private::create_dir(dir)?;
         }
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(PathBuf::from(name))?;
-        rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)?;
+        let file = platform::private::open_rw(&PathBuf::from(name))?;
+        platform::files::lock(&file, true)?;
         Ok(FileLock(file))
     }
 }
@@ -851,7 +837,6 @@ mod tests {
 
     #[test]
     fn files_are_changed_in_place_and_private() {
-        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let file = RuleFile::project(dir.path(), &project());
         let make = Rule::Command(CommandRule::Exact { command: "make".into(), cwd: project() });
@@ -869,10 +854,11 @@ mod tests {
         assert!(after.contains("# my own note") && !after.contains("make"), "{after}");
         let rules: Vec<Rule> = file.load().entries.into_iter().map(|e| e.rule).collect();
         assert_eq!(rules, [log, Rule::CommandPrefix("git push".into())]);
-        let mode = std::fs::metadata(&file.path).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o600);
-        let dir_mode = std::fs::metadata(file.path.parent().unwrap()).unwrap().permissions().mode() & 0o777;
-        assert_eq!(dir_mode, 0o700);
+        // Private where the system has permission bits (`None` elsewhere).
+        let mode = |path: &Path| platform::testing::mode(path).map(|mode| mode & 0o777);
+        assert!(mode(&file.path).is_none_or(|mode| mode == 0o600), "{:?}", mode(&file.path));
+        let parent = file.path.parent().unwrap();
+        assert!(mode(parent).is_none_or(|mode| mode == 0o700), "{:?}", mode(parent));
 
         // The user's file keeps its heading when its first rule goes.
         let user = RuleFile::user(&dir.path().join("config"));

@@ -678,9 +678,9 @@ fn read_answer(event: HookEvent, hook: &Hook, ran: run::Ran, answers: &mut Answe
     let head = format!("{} hook `{label}`", event.name());
     let (code, stdout, stderr) = match ran {
         run::Ran::Exited { code, stdout, stderr } => (code, stdout, stderr),
-        run::Ran::Killed { signal, stderr } => {
+        run::Ran::Killed { status, stderr } => {
             let why = if stderr.trim().is_empty() { String::new() } else { format!(": {}", shown_output(&stderr)) };
-            answers.notes.push(format!("{head} was killed by {signal}{why}"));
+            answers.notes.push(format!("{head} was killed ({status}){why}"));
             return;
         }
         run::Ran::TimedOut(after) => {

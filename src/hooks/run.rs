@@ -39,10 +39,10 @@ pub enum Ran {
         /// And on stderr.
         stderr: String,
     },
-    /// A signal ended it (not lathe's timeout): its name.
+    /// It ended without an exit code (a signal, not lathe's timeout).
     Killed {
-        /// The signal.
-        signal: String,
+        /// How it ended, as the system says it (`signal: 9 (SIGKILL)`).
+        status: String,
         /// What it printed on stderr.
         stderr: String,
     },
@@ -102,17 +102,11 @@ pub async fn run(hook: &Hook, input: &str, place: Place<'_>, launcher: &Launcher
         tokio::select! {
             biased;
             () = cancel.cancelled() => {
-                group.kill();
-                if tokio::time::timeout(REAP, child.wait()).await.is_ok() {
-                    group.finish();
-                }
+                stop(group, &mut child).await;
                 return Ran::NotStarted("cancelled".to_owned());
             }
             () = &mut deadline => {
-                group.kill();
-                if tokio::time::timeout(REAP, child.wait()).await.is_ok() {
-                    group.finish();
-                }
+                stop(group, &mut child).await;
                 return Ran::TimedOut(hook.spec.timeout);
             }
             status = child.wait() => break status,
@@ -135,19 +129,18 @@ pub async fn run(hook: &Hook, input: &str, place: Place<'_>, launcher: &Launcher
     let (stdout, stderr) = output.unwrap_or_default();
     match status {
         Err(err) => Ran::NotStarted(format!("waiting for it failed: {err}")),
-        Ok(status) => {
-            use std::os::unix::process::ExitStatusExt as _;
-            match (status.code(), status.signal()) {
-                (Some(code), _) => Ran::Exited { code, stdout, stderr },
-                (None, signal) => {
-                    let signal = signal
-                        .and_then(|number| nix::sys::signal::Signal::try_from(number).ok())
-                        .map_or_else(|| "a signal".to_owned(), |signal| signal.as_str().to_owned());
-                    Ran::Killed { signal, stderr }
-                }
-            }
-        }
+        Ok(status) => match status.code() {
+            Some(code) => Ran::Exited { code, stdout, stderr },
+            None => Ran::Killed { status: status.to_string(), stderr },
+        },
     }
+}
+
+/// Kills the hook's whole process group at once (dropping the group sends
+/// SIGKILL to all of it) and waits a bounded time for the hook itself.
+async fn stop(group: ProcessGroup, child: &mut Child) {
+    drop(group);
+    let _ = tokio::time::timeout(REAP, child.wait()).await;
 }
 
 /// Reads a pipe to its end, keeping its first [`MAX_OUTPUT`] bytes.

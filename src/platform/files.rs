@@ -1,6 +1,7 @@
 //! What differs per system about files beyond their names and rights: the
 //! room a file takes on disk (sparse files, for the checkpoints' storage
-//! cap) and advisory locks (the checkpoint index and its live front ends).
+//! cap), advisory locks (the checkpoint index and its live front ends, the
+//! permission rule files), and opening a file without blocking on a FIFO.
 //!
 //! Unix: `st_blocks` and `SEEK_HOLE` (where the system has it); `flock`.
 //! Windows: no allocation figure in std's metadata, so no file is taken
@@ -8,6 +9,7 @@
 //! like `flock`'s, until the file is closed.
 
 use std::fs::File;
+use std::path::Path;
 
 /// Whether `file` (of `size` bytes) is sparse: it takes less than half its
 /// length on disk and has a hole before its end (a compressing file system
@@ -23,10 +25,25 @@ pub fn lock(file: &File, wait: bool) -> std::io::Result<bool> {
     sys::lock(file, wait)
 }
 
+/// Opens `path` for reading without waiting on what it is: a FIFO or a
+/// device found there does not block the open (Unix: `O_NONBLOCK`; Windows
+/// has no FIFOs at paths). The caller checks that it opened a regular file.
+/// Links are followed: for lathe's own files (the rule files), not the
+/// workspace's (those go through `super::authority`).
+pub fn open_read_nonblocking(path: &Path) -> std::io::Result<File> {
+    sys::open_read_nonblocking(path)
+}
+
 #[cfg(unix)]
 mod sys {
     use std::fs::File;
-    use std::os::unix::fs::MetadataExt as _;
+    use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+    use std::path::Path;
+
+    pub(super) fn open_read_nonblocking(path: &Path) -> std::io::Result<File> {
+        let nonblocking = rustix::fs::OFlags::NONBLOCK.bits().cast_signed();
+        std::fs::OpenOptions::new().read(true).custom_flags(nonblocking).open(path)
+    }
 
     pub(super) fn sparse(file: &mut File, size: u64) -> Option<u64> {
         let allocated = file.metadata().ok()?.blocks().saturating_mul(512);
@@ -59,6 +76,11 @@ mod sys {
 #[cfg(windows)]
 mod sys {
     use std::fs::File;
+    use std::path::Path;
+
+    pub(super) fn open_read_nonblocking(path: &Path) -> std::io::Result<File> {
+        File::open(path)
+    }
 
     pub(super) fn sparse(_file: &mut File, _size: u64) -> Option<u64> {
         None
@@ -93,5 +115,21 @@ mod tests {
         assert!(!lock(&second, false).unwrap(), "held by the first");
         drop(first);
         assert!(lock(&second, false).unwrap(), "free once the first is closed");
+    }
+
+    /// A FIFO where a file was expected opens at once (and is then seen
+    /// not to be a regular file) instead of waiting for a writer.
+    #[test]
+    fn a_fifo_opens_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("file");
+        std::fs::write(&path, b"text").unwrap();
+        assert_eq!(std::io::read_to_string(open_read_nonblocking(&path).unwrap()).unwrap(), "text");
+        let fifo = dir.path().join("fifo");
+        if !super::super::testing::fifo(&fifo) {
+            return;
+        }
+        let opened = open_read_nonblocking(&fifo).unwrap();
+        assert!(!opened.metadata().unwrap().is_file());
     }
 }

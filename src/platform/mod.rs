@@ -13,7 +13,7 @@
 //!            on the object judged (handle-relative opens, no link followed)
 //! stamp      a file's identity and change stamp (the session index, checkpoints)
 //! private    files and folders only the user may read (sessions, traces)
-//! files      room taken on disk (sparse files), advisory locks
+//! files      room taken on disk (sparse files), advisory locks, opens that never block
 //! console    the front ends' plumbing: stdout's raw handle, interrupts
 //! cpu        the CPU time a thread has used (the fetch tool's conversion budget)
 //! folders    the config and data folders by the platform's convention

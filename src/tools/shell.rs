@@ -855,11 +855,6 @@ impl ProcessGroup {
         }
     }
 
-    /// Kills the whole group now (SIGKILL).
-    pub(crate) fn kill(&self) {
-        self.signal(Signal::SIGKILL);
-    }
-
     /// Kills whatever is left of the group and forgets it. Called once the
     /// leader has been reaped: the group id cannot be reused while any member
     /// lives, and once none does, reuse would need the pid counter to wrap

@@ -107,8 +107,7 @@ async fn a_project_rule_holds_in_the_projects_next_session_and_not_in_another() 
     let kept = lathe::rules::RuleFile::project(&h.home.path().join(".local/share/lathe"), &h.project);
     let text = std::fs::read_to_string(&kept.path).unwrap();
     assert!(text.contains("program = \"cat\"") && text.contains("# Always allow `cat …` inside the project"), "{text}");
-    use std::os::unix::fs::PermissionsExt as _;
-    assert_eq!(std::fs::metadata(&kept.path).unwrap().permissions().mode() & 0o777, 0o600);
+    assert!(!lathe::platform::private::readable_by_others(&kept.path), "kept private");
 
     // A new session in the same project: not asked.
     let project = h.project.clone();
