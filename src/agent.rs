@@ -902,8 +902,9 @@ impl Turn<'_> {
             None => (description.title.clone(), description.preview.clone()),
         };
         if from_text {
-            // Nothing to remember: the next such call asks again.
-            choices.retain(|choice| !matches!(choice.answer, Answer::AllowAlways(_)));
+            // Nothing to remember, either way: the next such call asks again
+            // (no rule allows it, and none is made from it).
+            choices.retain(|choice| !matches!(choice.answer, Answer::AllowAlways(_) | Answer::RejectAlways(_)));
             title.push_str(" (read from the model's text)");
             preview.insert(0, DisplayContent::Text(FROM_TEXT_NOTE.to_owned()));
         }

@@ -1353,3 +1353,63 @@ mod lasting_tests {
         assert!(matches!(fresh.judge(&run("rm -rf target"), &roots()), Verdict::Deny(_)));
     }
 }
+
+#[cfg(test)]
+mod caution_tests {
+    use super::*;
+
+    /// Issues 25 and 32 together: a cautioned call (a write of what git
+    /// runs, a read of what the sandbox keeps from commands) is asked every
+    /// time. No standing rule allows it, of the project or of the user, nor
+    /// an "always" of this session; no "always" of any kind or length is
+    /// offered for it; an "always" answer to it is not kept. A standing
+    /// reject still refuses it. Other calls keep their rules.
+    #[test]
+    fn no_lasting_rule_allows_a_cautioned_call() {
+        let root = tempfile::tempdir().unwrap();
+        let home = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join(".git/hooks")).unwrap();
+        std::fs::create_dir_all(home.path().join(".ssh")).unwrap();
+        let roots = vec![root.path().to_path_buf()];
+        let write = |path: &str| Access::Write(vec![Target::of(&root.path().join(path))]);
+        let read = |path: &str| Access::Read(vec![Target::of(&home.path().join(path))]);
+        let (hook, plain) = (write(".git/hooks/pre-commit"), write("src/a.rs"));
+        let (key, notes) = (read(".ssh/id_ed25519"), read("notes.txt"));
+        let edits = RuleSet { allowed: vec![Rule::Tool(Tool::EditFile, Scope::Inside)], rejected: Vec::new() };
+        let reads = RuleSet { allowed: vec![Rule::Tool(Tool::ReadFile, Scope::Outside)], rejected: Vec::new() };
+        let always = |choice: &Choice| matches!(choice.answer, Answer::AllowAlways(_) | Answer::RejectAlways(_));
+        for (project, user) in [(edits.clone(), reads.clone()), (reads.clone(), edits.clone())] {
+            for mode in [Mode::Ask, Mode::AcceptEdits, Mode::Auto] {
+                let mut policy = Policy::new(mode);
+                policy.set_read_denials(ReadDenials::new(Some(home.path()), &[]));
+                policy.set_standing(Some(project.clone()), Some(user.clone()));
+                assert_eq!(policy.judge(&plain, &roots), Verdict::Allow, "{mode:?}: the rule holds");
+                assert_eq!(policy.judge(&notes, &roots), Verdict::Allow, "{mode:?}: the rule holds");
+                for cautioned in [&hook, &key] {
+                    assert_eq!(policy.judge(cautioned, &roots), Verdict::Ask, "{mode:?}: {cautioned:?}");
+                    let options = policy.options(cautioned, &roots);
+                    assert!(!options.iter().any(always), "{mode:?}: {options:?}");
+                    let ids: Vec<&str> = options.iter().map(|c| c.id).collect();
+                    assert_eq!(ids, ["allow_once", "reject_once"], "{mode:?}");
+                    for lasting in [Lasting::Session, Lasting::Project, Lasting::User] {
+                        for answer in [Answer::AllowAlways(lasting), Answer::RejectAlways(lasting)] {
+                            assert_eq!(policy.remember(cautioned, &roots, answer), None, "{mode:?}: {answer:?}");
+                        }
+                    }
+                    assert_eq!(policy.judge(cautioned, &roots), Verdict::Ask, "{mode:?}: nothing was kept");
+                    assert_eq!(policy.session_rules(), (Vec::new(), Vec::new()), "{mode:?}");
+                }
+                // An "always" given in the session for the same kind of call does not cover it either.
+                policy.remember(&plain, &roots, Answer::AllowAlways(Lasting::Session));
+                policy.remember(&notes, &roots, Answer::AllowAlways(Lasting::Session));
+                assert_eq!(policy.judge(&hook, &roots), Verdict::Ask, "{mode:?}");
+                assert_eq!(policy.judge(&key, &roots), Verdict::Ask, "{mode:?}");
+            }
+        }
+        // A standing reject refuses it (a refusal never needs a question).
+        let mut policy = Policy::new(Mode::Ask);
+        let no_edits = RuleSet { allowed: Vec::new(), rejected: vec![Rule::Tool(Tool::EditFile, Scope::Inside)] };
+        policy.set_standing(Some(no_edits), None);
+        assert!(matches!(policy.judge(&hook, &roots), Verdict::Deny(_)));
+    }
+}
