@@ -798,8 +798,8 @@ impl Turn<'_> {
     /// the `PreToolUse` hooks (unless the policy refuses the call), and the
     /// user's answer when the policy (or a hook) asks. A hook's "allow"
     /// skips the mode's question, never a refusal, never the question about
-    /// leaving the sandbox and never the question about a call read from
-    /// text. Before asking, a built-in call's refusals that do not depend on
+    /// leaving the sandbox, about a call read from text or about a cautioned
+    /// call (`Policy::caution`: asked every time). Before asking, a built-in call's refusals that do not depend on
     /// the answer are decided ([`tools::precheck`]): such a call is refused
     /// and nothing is asked. A call read from the model's text (`from_text`)
     /// asks in every mode but `full-auto`, whatever was allowed before, and
