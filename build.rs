@@ -95,7 +95,7 @@ fn build_info() {
     };
     let date = std::env::var("SOURCE_DATE_EPOCH")
         .ok()
-        .and_then(|epoch| epoch.trim().parse::<i64>().ok())
+        .and_then(|epoch| epoch.trim().parse::<u64>().ok())
         .map(utc_day)
         .unwrap_or_default();
     let built = if date.is_empty() { "built from source".to_owned() } else { format!("built {date}") };
@@ -142,18 +142,9 @@ fn git_commit() -> Option<String> {
     git(&["rev-parse", "--short=12", "HEAD"])
 }
 
-/// The UTC day (`YYYY-MM-DD`) of a Unix time, by the proleptic Gregorian
-/// calendar (Howard Hinnant's `civil_from_days`).
-fn utc_day(epoch: i64) -> String {
-    let days = epoch.div_euclid(86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}")
+/// The UTC day (`YYYY-MM-DD`) of a Unix time: the date part of its
+/// RFC 3339 form.
+fn utc_day(epoch: u64) -> String {
+    let time = std::time::UNIX_EPOCH + std::time::Duration::from_secs(epoch);
+    humantime::format_rfc3339_seconds(time).to_string().chars().take(10).collect()
 }

@@ -5,12 +5,11 @@
 //! rest, whatever the files on disk say. The gzip header has no name and a
 //! zero time; compression is flate2's pure-Rust backend at its best level.
 //!
-//! Also the readers the checks use (a `.zip` reader of our own: the few
-//! fields our writer sets, no more).
+//! Also the readers the checks use.
 
 use std::io::{Read, Write};
 
-use anyhow::{Context, bail, ensure};
+use anyhow::{Context, ensure};
 use flate2::Compression;
 
 /// A file to archive.
@@ -69,146 +68,42 @@ pub fn read_tar_gz(bytes: &[u8]) -> anyhow::Result<Vec<Entry>> {
     Ok(entries)
 }
 
-/// MS-DOS date and time (local fields, 2-second steps) of a Unix time, as
-/// UTC; times before 1980 (the format's epoch) are 1980-01-01.
-fn dos_time(epoch: u64) -> (u16, u16) {
-    let epoch = epoch.max(315_532_800);
-    let days = i64::try_from(epoch / 86_400).unwrap_or(0);
-    let seconds = epoch % 86_400;
-    let (year, month, day) = civil_from_days(days);
-    let date = (((year - 1980) << 9) | (month << 5) | day) as u16;
-    let time = (((seconds / 3600) << 11) | ((seconds % 3600 / 60) << 5) | ((seconds % 60) / 2)) as u16;
-    (time, date)
-}
-
-/// Year, month (1-12), day (1-31) of a day count since 1970-01-01
-/// (Howard Hinnant's `civil_from_days`; build.rs has the same).
-pub fn civil_from_days(days: i64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year as u64, month as u64, day as u64)
-}
-
-/// A `.zip` of `entries` (deflated), every time `mtime`, Unix modes kept in
-/// the external attributes (so `unzip` on Unix restores the executable bit).
+/// A `.zip` of `entries` (deflated at the best level), every time `mtime`
+/// (the format keeps local time in 2-second steps: written as UTC), Unix
+/// modes kept in the external attributes (so `unzip` on Unix restores the
+/// executable bit).
 pub fn zip(entries: &[Entry], mtime: u64) -> anyhow::Result<Vec<u8>> {
-    const VERSION: u16 = 20; // 2.0: deflate
-    const MADE_BY_UNIX: u16 = (3 << 8) | VERSION;
-    let (time, date) = dos_time(mtime);
-    let mut out = Vec::new();
-    let mut central = Vec::new();
-    let entries = sorted(entries);
-    for entry in &entries {
-        let mut crc = flate2::Crc::new();
-        crc.update(&entry.data);
-        let mut deflate = flate2::write::DeflateEncoder::new(Vec::new(), Compression::best());
-        deflate.write_all(&entry.data).context("deflate")?;
-        let compressed = deflate.finish().context("deflate: finishing")?;
-        let size = u32::try_from(entry.data.len()).context("a file over 4 GiB")?;
-        let packed = u32::try_from(compressed.len()).context("a file over 4 GiB")?;
-        let name = entry.name.as_bytes();
-        let name_len = u16::try_from(name.len()).context("a long name")?;
-        let offset = u32::try_from(out.len()).context("an archive over 4 GiB")?;
-        // Local file header.
-        out.extend_from_slice(&0x0403_4b50u32.to_le_bytes());
-        for field in [VERSION, 0, 8, time, date] {
-            out.extend_from_slice(&field.to_le_bytes());
-        }
-        for field in [crc.sum(), packed, size] {
-            out.extend_from_slice(&field.to_le_bytes());
-        }
-        out.extend_from_slice(&name_len.to_le_bytes());
-        out.extend_from_slice(&0u16.to_le_bytes());
-        out.extend_from_slice(name);
-        out.extend_from_slice(&compressed);
-        // Its central directory record.
-        central.extend_from_slice(&0x0201_4b50u32.to_le_bytes());
-        for field in [MADE_BY_UNIX, VERSION, 0, 8, time, date] {
-            central.extend_from_slice(&field.to_le_bytes());
-        }
-        for field in [crc.sum(), packed, size] {
-            central.extend_from_slice(&field.to_le_bytes());
-        }
-        for field in [name_len, 0, 0, 0, 0] {
-            central.extend_from_slice(&field.to_le_bytes());
-        }
-        central.extend_from_slice(&((0o100_000 | entry.mode) << 16).to_le_bytes());
-        central.extend_from_slice(&offset.to_le_bytes());
-        central.extend_from_slice(name);
+    let when = time::OffsetDateTime::from_unix_timestamp(i64::try_from(mtime).context("a time past 2262")?)
+        .context("zip: the time")?;
+    // The format's epoch is 1980: earlier times are its first day.
+    let when = when.max(time::macros::datetime!(1980-01-01 0:00 UTC));
+    let when = zip::DateTime::try_from(time::PrimitiveDateTime::new(when.date(), when.time()))
+        .context("zip: a time the format cannot hold")?;
+    let mut writer = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    for entry in sorted(entries) {
+        let options = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Deflated)
+            .compression_level(Some(9))
+            .last_modified_time(when)
+            .unix_permissions(entry.mode);
+        writer.start_file(entry.name.as_str(), options).with_context(|| format!("zip: {}", entry.name))?;
+        writer.write_all(&entry.data).with_context(|| format!("zip: {}", entry.name))?;
     }
-    let count = u16::try_from(entries.len()).context("too many files")?;
-    let central_at = u32::try_from(out.len()).context("an archive over 4 GiB")?;
-    let central_len = u32::try_from(central.len()).context("an archive over 4 GiB")?;
-    out.extend_from_slice(&central);
-    out.extend_from_slice(&0x0605_4b50u32.to_le_bytes());
-    for field in [0, 0, count, count] {
-        out.extend_from_slice(&field.to_le_bytes());
-    }
-    out.extend_from_slice(&central_len.to_le_bytes());
-    out.extend_from_slice(&central_at.to_le_bytes());
-    out.extend_from_slice(&0u16.to_le_bytes());
-    Ok(out)
+    Ok(writer.finish().context("zip: finishing")?.into_inner())
 }
 
-fn u16_at(bytes: &[u8], at: usize) -> anyhow::Result<u16> {
-    match bytes.get(at..at + 2) {
-        Some(b) => Ok(u16::from_le_bytes([b[0], b[1]])),
-        None => bail!("zip: truncated at {at}"),
-    }
-}
-
-fn u32_at(bytes: &[u8], at: usize) -> anyhow::Result<u32> {
-    match bytes.get(at..at + 4) {
-        Some(b) => Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-        None => bail!("zip: truncated at {at}"),
-    }
-}
-
-/// The entries of a `.zip` as [`zip`] writes them (deflated or stored, no
-/// zip64, no comment), read through its central directory; the CRC of each
-/// is checked.
+/// The entries of a `.zip` (regular files only), each checked against its
+/// CRC as it is read.
 pub fn read_zip(bytes: &[u8]) -> anyhow::Result<Vec<Entry>> {
-    ensure!(bytes.len() >= 22, "zip: too short");
-    let end = bytes.len() - 22;
-    ensure!(u32_at(bytes, end)? == 0x0605_4b50, "zip: no end of central directory (or a comment)");
-    let count = usize::from(u16_at(bytes, end + 10)?);
-    let mut at = u32_at(bytes, end + 16)? as usize;
-    let mut entries = Vec::with_capacity(count);
-    for _ in 0..count {
-        ensure!(u32_at(bytes, at)? == 0x0201_4b50, "zip: bad central directory record at {at}");
-        let method = u16_at(bytes, at + 10)?;
-        let crc = u32_at(bytes, at + 16)?;
-        let packed = u32_at(bytes, at + 20)? as usize;
-        let size = u32_at(bytes, at + 24)? as usize;
-        let name_len = usize::from(u16_at(bytes, at + 28)?);
-        let skip = usize::from(u16_at(bytes, at + 30)?) + usize::from(u16_at(bytes, at + 32)?);
-        let mode = (u32_at(bytes, at + 38)? >> 16) & 0o7777;
-        let local = u32_at(bytes, at + 42)? as usize;
-        let name = bytes.get(at + 46..at + 46 + name_len).context("zip: truncated name")?;
-        let name = String::from_utf8(name.to_vec()).context("zip: a name that is not UTF-8")?;
-        at += 46 + name_len + skip;
-        ensure!(u32_at(bytes, local)? == 0x0403_4b50, "zip: bad local header for {name}");
-        let data_at = local + 30 + usize::from(u16_at(bytes, local + 26)?) + usize::from(u16_at(bytes, local + 28)?);
-        let raw = bytes.get(data_at..data_at + packed).context("zip: truncated data")?;
-        let data = match method {
-            0 => raw.to_vec(),
-            8 => {
-                let mut data = Vec::with_capacity(size);
-                flate2::read::DeflateDecoder::new(raw).read_to_end(&mut data).context("zip: inflate")?;
-                data
-            }
-            other => bail!("zip: {name} uses method {other}"),
-        };
-        let mut check = flate2::Crc::new();
-        check.update(&data);
-        ensure!(data.len() == size && check.sum() == crc, "zip: {name} is damaged");
+    let mut archive = zip::ZipArchive::new(std::io::Cursor::new(bytes)).context("zip: reading the archive")?;
+    let mut entries = Vec::with_capacity(archive.len());
+    for index in 0..archive.len() {
+        let mut file = archive.by_index(index).context("zip: reading an entry")?;
+        let name = file.name().context("zip: a name that is not UTF-8")?.into_owned();
+        ensure!(file.is_file(), "zip: {name} is not a regular file");
+        let mode = file.unix_mode().unwrap_or(0) & 0o7777;
+        let mut data = Vec::new();
+        file.read_to_end(&mut data).with_context(|| format!("zip: {name} is damaged"))?;
         entries.push(Entry { name, mode, data });
     }
     Ok(entries)
@@ -266,7 +161,12 @@ mod tests {
         assert_eq!((entries[2].mode, entries[1].mode), (0o755, 0o644));
         assert_eq!(entries[2].data, files()[0].data);
         // 2023-11-14 22:13:20 UTC.
-        assert_eq!(dos_time(1_700_000_000), ((22 << 11) | (13 << 5) | 10, (43 << 9) | (11 << 5) | 14));
+        let mut archive = zip::ZipArchive::new(std::io::Cursor::new(&bytes)).unwrap();
+        let when = archive.by_index(2).unwrap().last_modified().unwrap();
+        assert_eq!(
+            (when.year(), when.month(), when.day(), when.hour(), when.minute(), when.second()),
+            (2023, 11, 14, 22, 13, 20)
+        );
         // Damage is noticed.
         let mut damaged = bytes.clone();
         let at = damaged.len() / 2;

@@ -263,9 +263,12 @@ impl Source {
 
     /// The build date `--version` shows: the UTC day of `epoch`.
     pub fn date(&self) -> String {
-        let days = i64::try_from(self.epoch / 86_400).unwrap_or(0);
-        let (year, month, day) = archive::civil_from_days(days);
-        format!("{year:04}-{month:02}-{day:02}")
+        let day = i64::try_from(self.epoch)
+            .ok()
+            .and_then(|epoch| time::OffsetDateTime::from_unix_timestamp(epoch).ok())
+            .unwrap_or(time::OffsetDateTime::UNIX_EPOCH)
+            .date();
+        format!("{:04}-{:02}-{:02}", day.year(), u8::from(day.month()), day.day())
     }
 
     /// The line `lathe --version` prints for a dist build of `target`.
