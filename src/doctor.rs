@@ -125,8 +125,10 @@ impl Report {
     pub fn write(&self, out: &mut dyn Write, as_json: bool) -> std::io::Result<()> {
         if as_json {
             let value = json!({"ok": self.passed(), "build": crate::build_info::current(), "checks": self.checks});
-            serde_json::to_writer_pretty(&mut *out, &value)?;
-            return writeln!(out);
+            // One line, with C1 controls, bidi and invisible characters of
+            // what servers said escaped like C0 ones: safe on a terminal.
+            let line = crate::present::text::json_line(&value).map_err(std::io::Error::other)?;
+            return writeln!(out, "{line}");
         }
         writeln!(out, "lathe {}", crate::build_info::SUMMARY)?;
         let width = self.checks.iter().map(|c| label(c).chars().count()).max().unwrap_or(0);
@@ -616,5 +618,21 @@ mod tests {
         assert!(!text.contains('\u{1b}'), "{text:?}");
         assert!(text.contains("model \\u{1b}]0;x: config") && text.contains("qwen\\u{1b}[2J\\nok   forged"), "{text}");
         assert_eq!(text.lines().count(), 3, "what was run, the check and the summary: {text}");
+    }
+
+    /// `--json` too: a C1 control (CSI, U+009B) or a bidi override in a
+    /// server's words is a `\u` escape in the output, the value unchanged.
+    #[test]
+    fn the_json_report_escapes_what_a_terminal_would_obey() {
+        let detail = "model qwen\u{9b}2J \u{202e}kc\u{1b}[0m";
+        let mut report = Report::default();
+        report.add("config", None, Status::Ok, detail);
+        let mut json = Vec::new();
+        report.write(&mut json, true).unwrap();
+        let text = String::from_utf8(json).unwrap();
+        assert!(!text.contains(['\u{9b}', '\u{202e}', '\u{1b}']), "{text:?}");
+        assert!(text.contains("\\u009b") && text.contains("\\u202e"), "{text}");
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(value["checks"][0]["detail"], detail);
     }
 }
