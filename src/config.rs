@@ -1066,8 +1066,9 @@ impl Config {
 
     /// Why no session can use this configuration, or `None` when it names
     /// a model to talk to: no model at all (no file, no `OPENAI_*`
-    /// variable, no model server found running here), or a default model
-    /// whose key `lathe setup` stored and a logout forgot. Known without
+    /// variable, no model server found running here), a default model
+    /// whose key `lathe setup` stored and a logout forgot, or one whose
+    /// file names an `api_key_env` that is not set. Known without
     /// asking any server; whether the server answers is `lathe doctor`'s
     /// business.
     pub fn unusable(&self) -> Option<String> {
@@ -1095,6 +1096,18 @@ impl Config {
                  in a terminal to give it one again",
                 model.key
             )),
+            // A file that names a variable asks for a key (OPENAI_BASE_URL
+            // alone, for a local server, does not).
+            Some(ModelConfig { api_key: None, api_key_env: Some(variable), key, .. })
+                if matches!(self.source, ConfigSource::File(_)) =>
+            {
+                Some(format!(
+                    "model \"{key}\" reads its key from {variable}, which is not set in lathe's environment (an editor \
+                 started from the desktop may not have your shell's variables: set it in the editor's settings for \
+                 this agent, or run `lathe setup` in a terminal to store a key; for a server that needs no key, \
+                 remove api_key_env)"
+                ))
+            }
             Some(_) => None,
         }
     }
@@ -1971,6 +1984,24 @@ max_output_tokens = 8192
         assert!(config.default_model().unwrap().api_key.is_none());
         assert!(config.unusable().unwrap().contains("forgotten"), "{:?}", config.unusable());
         assert!(Config::from_env(&no_env).unusable().unwrap().contains("lathe setup"));
+    }
+
+    /// A file that names `api_key_env` asks for a key: with the variable
+    /// unset (an editor started from the desktop often lacks the shell's
+    /// variables), sessions are refused naming it, instead of requests
+    /// going out without a key; `OPENAI_BASE_URL` alone still works.
+    #[test]
+    fn a_key_variable_that_is_not_set_makes_the_default_model_unusable() {
+        let text = "[models.m]\nbase_url = \"https://api.example.com/v1\"\nmodel = \"x\"\napi_key_env = \"MY_KEY\"\n";
+        let config = Config::from_toml_str(text, Path::new("c.toml"), &no_env).unwrap();
+        let why = config.unusable().unwrap();
+        assert!(why.contains("MY_KEY") && why.contains("lathe setup") && why.contains("\"m\""), "{why}");
+        let set = |name: &str| (name == "MY_KEY").then(|| "sk-1".to_owned());
+        assert_eq!(Config::from_toml_str(text, Path::new("c.toml"), &set).unwrap().unusable(), None);
+        let empty = |name: &str| (name == "MY_KEY").then(String::new);
+        assert!(Config::from_toml_str(text, Path::new("c.toml"), &empty).unwrap().unusable().is_some());
+        let local = |name: &str| (name == "OPENAI_BASE_URL").then(|| "http://127.0.0.1:8080/v1".to_owned());
+        assert_eq!(Config::from_env(&local).unusable(), None);
     }
 
     #[test]
