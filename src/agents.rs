@@ -34,6 +34,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::front_matter;
 use crate::model::ModelClient;
 use crate::platform::authority::{self, Area};
 use crate::tools::Tool;
@@ -243,68 +244,22 @@ fn valid_name(name: &str) -> bool {
 }
 
 /// Parses an agent file: front matter (`name`, `description`, `tools`,
-/// `model`), then the system prompt. `stem` is the name when the front
-/// matter gives none.
+/// `model`; read by [`front_matter`]), then the system prompt. `stem` is
+/// the name when the front matter gives none.
 pub fn parse_agent_file(stem: &str, text: &str) -> Result<AgentSpec, String> {
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let rest = text
-        .strip_prefix("---\n")
-        .or_else(|| text.strip_prefix("---\r\n"))
-        .ok_or("no front matter (a first line `---`)")?;
-    let end = rest.find("\n---").ok_or("the front matter is not closed by a line `---`")?;
-    let (mut name, mut description, mut model) = (None, None, None);
-    let mut tools: Option<Vec<String>> = None;
-    let mut in_tools_list = false;
-    for line in rest[..end].lines() {
-        let trimmed = line.trim();
-        if in_tools_list && let Some(item) = trimmed.strip_prefix("- ") {
-            tools.get_or_insert_default().push(unquote(item).to_owned());
-            continue;
-        }
-        in_tools_list = false;
-        if trimmed.is_empty() || trimmed.starts_with('#') {
-            continue;
-        }
-        let Some((key, value)) = line.split_once(':') else {
-            return Err(format!(
-                "a front matter line is not `key: value`: {}",
-                trimmed.chars().take(60).collect::<String>()
-            ));
-        };
-        let value = value.trim();
-        match key.trim() {
-            "name" => name = Some(unquote(value).to_owned()),
-            "description" => description = Some(unquote(value).to_owned()),
-            "model" => model = Some(unquote(value).to_owned()),
-            "tools" if value.is_empty() => in_tools_list = true,
-            "tools" => {
-                let list = value.strip_prefix('[').and_then(|v| v.strip_suffix(']')).unwrap_or(value);
-                tools = Some(list.split(',').map(|t| unquote(t.trim()).to_owned()).filter(|t| !t.is_empty()).collect());
-            }
-            _ => {}
-        }
-    }
-    let name = name.unwrap_or_else(|| stem.to_owned());
+    let (front, body) = front_matter::split(text)?;
+    let name = front.get("name").unwrap_or(stem).to_owned();
     if !valid_name(&name) {
         return Err(format!("the name {name:?} is not a word of letters, digits, - and _"));
     }
-    let description = description.filter(|d| !d.trim().is_empty()).ok_or("no description")?;
-    let prompt = rest[end + 4..].trim().to_owned();
+    let description = front.get("description").filter(|d| !d.trim().is_empty()).ok_or("no description")?;
+    let prompt = body.trim().to_owned();
     if prompt.is_empty() {
         return Err("no system prompt after the front matter".to_owned());
     }
-    let tools = tools.map(|tools| tools.iter().map(|tool| lathe_tool_name(tool)).collect());
-    let model = model.filter(|m| !m.is_empty() && m != "inherit");
+    let tools = front.list("tools").map(|tools| tools.iter().map(|tool| lathe_tool_name(tool)).collect());
+    let model = front.get("model").filter(|m| !m.is_empty() && *m != "inherit").map(str::to_owned);
     Ok(AgentSpec { name, description: description.trim().to_owned(), tools, model, prompt })
-}
-
-fn unquote(value: &str) -> &str {
-    let value = value.trim();
-    value
-        .strip_prefix('"')
-        .and_then(|v| v.strip_suffix('"'))
-        .or_else(|| value.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')))
-        .unwrap_or(value)
 }
 
 /// lathe's name for a tool an agent file lists: Claude Code's names map to

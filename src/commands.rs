@@ -1,5 +1,7 @@
 //! Slash commands: the built-in ones (`/compact`, `/clear`, `/init`,
-//! `/model`, `/mode`, `/undo`, `/redo`, `/checkpoints`) and the user's own, written as Markdown files in the
+//! `/model`, `/mode`, `/undo`, `/redo`, `/checkpoints`, `/skills`), one per
+//! skill (`/<skill-name>`, see [`crate::skills`]; a built-in or a command
+//! file of the same name wins) and the user's own, written as Markdown files in the
 //! project's `.lathe/commands/` or in lathe's config directory
 //! (`~/.config/lathe/commands/`). A command file's body is the prompt it
 //! sends, with `$ARGUMENTS` replaced by what the user typed after the name;
@@ -26,6 +28,7 @@
 use std::path::Path;
 
 use crate::platform::authority::{self, Area};
+use crate::skills::Skill;
 
 /// Largest command file read; a prompt template has no use for more.
 pub const MAX_COMMAND_BYTES: u64 = 64 * 1024;
@@ -51,6 +54,11 @@ pub enum CommandKind {
     Checkpoints,
     /// List the permission rules: the session's, the project's, the user's.
     Permissions,
+    /// List the session's skills.
+    Skills,
+    /// Run the session's skill of this command's name: a turn with its
+    /// instructions loaded.
+    Skill,
     /// A user command: send this prompt template.
     Custom {
         /// The prompt, with `$ARGUMENTS` where the arguments go.
@@ -104,6 +112,7 @@ pub fn available(cwd: &Path, user_dir: Option<&Path>) -> Vec<SlashCommand> {
             None,
             CommandKind::Permissions,
         ),
+        builtin("skills", "List the skills (each is a command too: /<skill> [request])", None, CommandKind::Skills),
     ];
     let project = cwd.join(".lathe").join("commands");
     let user = user_dir.map(|dir| dir.join("commands"));
@@ -118,6 +127,26 @@ pub fn available(cwd: &Path, user_dir: Option<&Path>) -> Vec<SlashCommand> {
         }
     }
     commands
+}
+
+/// Adds a command for each of `skills` to `commands`, unless a command of
+/// its name is there already (a built-in or a command file wins); the
+/// skills left out.
+pub fn add_skills<'a>(commands: &mut Vec<SlashCommand>, skills: &'a [Skill]) -> Vec<&'a Skill> {
+    let mut hidden = Vec::new();
+    for skill in skills {
+        if commands.iter().any(|command| command.name == skill.name) {
+            hidden.push(skill);
+            continue;
+        }
+        commands.push(SlashCommand {
+            name: skill.name.clone(),
+            description: skill.description.clone(),
+            hint: Some("[request]".to_owned()),
+            kind: CommandKind::Skill,
+        });
+    }
+    hidden
 }
 
 fn custom_commands(dir: &Path, area: Area<'_>) -> Vec<SlashCommand> {
@@ -287,11 +316,33 @@ mod tests {
                 "redo",
                 "checkpoints",
                 "permissions",
+                "skills",
                 "review",
                 "ship"
             ]
         );
-        assert_eq!(commands[9].kind, CommandKind::Custom { template: "project review".into() });
+        assert_eq!(commands[10].kind, CommandKind::Custom { template: "project review".into() });
         assert_eq!(commands[1].kind, CommandKind::Clear);
+    }
+
+    /// A skill is a command, unless a built-in or a command file has its name.
+    #[test]
+    fn skills_are_commands_unless_a_command_has_the_name() {
+        let skill = |name: &str| Skill {
+            name: name.to_owned(),
+            description: format!("{name}s"),
+            path: format!("/p/.lathe/skills/{name}/SKILL.md").into(),
+            inside: None,
+        };
+        let project = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(project.path().join(".lathe/commands")).unwrap();
+        std::fs::write(project.path().join(".lathe/commands/review.md"), "review").unwrap();
+        let mut commands = available(project.path(), None);
+        let skills = [skill("compact"), skill("pdf"), skill("review"), skill("skills")];
+        let hidden: Vec<&str> = add_skills(&mut commands, &skills).iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(hidden, ["compact", "review", "skills"]);
+        let pdf = commands.iter().find(|c| c.name == "pdf").unwrap();
+        assert_eq!((pdf.kind.clone(), pdf.description.as_str(), pdf.hint.as_deref()), (CommandKind::Skill, "pdfs", Some("[request]")));
+        assert_eq!(commands.iter().filter(|c| c.name == "compact").count(), 1);
     }
 }

@@ -29,7 +29,10 @@
 //! permission  the policy: which calls run, ask or are refused
 //! rules       "always" answers that outlast the session: project and user rule files
 //! hooks/      the user's and the project's hooks around prompts, tool calls and turns
-//! commands    slash commands: built-in and the user's Markdown files
+//! commands    slash commands: built-in, the user's Markdown files, the skills
+//! agents      the sub-agents a `task` call runs, built in or in Markdown
+//! skills      Agent Skills (`SKILL.md` folders): listed in the prompt, slash commands
+//! front_matter the front matter of agent and skill files, read line by line
 //! mcp/        the session's MCP servers (editor's and configured): connected,
 //!             their tools offered and run through the tools' ExternalTools seam
 //! prompt      the system prompt from prompts/*.md
@@ -85,6 +88,7 @@ pub mod discover;
 pub mod doctor;
 pub mod errors;
 pub mod fork;
+pub mod front_matter;
 pub mod fs_guard;
 pub mod hooks;
 pub mod http;
@@ -100,6 +104,7 @@ pub mod rules;
 pub mod sandbox;
 pub mod session;
 pub mod setup;
+pub mod skills;
 pub mod store;
 pub mod sync;
 pub mod term;

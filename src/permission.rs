@@ -272,6 +272,9 @@ pub struct Policy {
     mode: Mode,
     confinement: Confinement,
     denials: ReadDenials,
+    /// Folders outside the roots that read like the roots: the user's own
+    /// skills (see [`Policy::set_skill_folders`]).
+    skill_folders: Vec<PathBuf>,
     allowed: HashSet<Rule>,
     rejected: HashSet<Rule>,
     project: Option<RuleSet>,
@@ -311,6 +314,7 @@ impl Policy {
             mode,
             confinement: Confinement::Off,
             denials: ReadDenials::default(),
+            skill_folders: Vec::new(),
             allowed: HashSet::new(),
             rejected: HashSet::new(),
             project: None,
@@ -361,6 +365,26 @@ impl Policy {
         self.denials = denials;
     }
 
+    /// Says which folders hold the user's own skills (as they really are):
+    /// reading in them is judged like reading inside the roots (allowed
+    /// without asking, in every mode), though they lie in lathe's config
+    /// folder, which is kept from commands. The model reads a skill's
+    /// instructions and files there whenever a task calls for the skill;
+    /// asking each time would make the user's own skills a chore, and they
+    /// hold nothing the user did not put there for the agent. A link in
+    /// them is judged where it leads.
+    pub fn set_skill_folders(&mut self, folders: Vec<PathBuf>) {
+        self.skill_folders = folders;
+    }
+
+    /// The roots a read is judged against: the session's and the skill folders.
+    fn readable<'a>(&self, roots: &'a [PathBuf]) -> std::borrow::Cow<'a, [PathBuf]> {
+        if self.skill_folders.is_empty() {
+            return std::borrow::Cow::Borrowed(roots);
+        }
+        std::borrow::Cow::Owned(roots.iter().chain(&self.skill_folders).cloned().collect())
+    }
+
     /// Why a call asks in every mode but full-auto whatever was remembered,
     /// if it does: a write of a protected path (a git hook, git's config,
     /// `.lathe/`), a read of a path the sandbox keeps from commands. A
@@ -369,7 +393,7 @@ impl Policy {
         match access {
             Access::Write(targets) => Policy::protected_write(targets, roots).map(|what| what.why().to_owned()),
             Access::Read(targets) => targets.iter().find_map(|target| {
-                let denied = self.denials.covering(&target.real, &real_roots(roots))?;
+                let denied = self.denials.covering(&target.real, &real_roots(&self.readable(roots)))?;
                 Some(format!(
                     "it may hold credentials: sandboxed commands cannot read `{}`, nor does lathe unasked",
                     denied.display()
@@ -427,9 +451,10 @@ impl Policy {
         match access {
             Access::Nothing => Verdict::Allow,
             Access::Read(paths) => {
-                let inside = all_inside(paths, roots);
-                let secret =
-                    paths.iter().any(|target| self.denials.covering(&target.real, &real_roots(roots)).is_some());
+                let readable = self.readable(roots);
+                let inside = all_inside(paths, &readable);
+                let readable = real_roots(&readable);
+                let secret = paths.iter().any(|target| self.denials.covering(&target.real, &readable).is_some());
                 match self.mode {
                     Mode::FullAuto => Verdict::Allow,
                     _ if secret => Verdict::Ask,
@@ -1213,6 +1238,42 @@ mod tests {
         assert_eq!(policy.judge(&mcp("publish", false), &roots()), Verdict::Ask);
         assert_eq!(policy.judge(&web("https://docs.rs/", "docs.rs", false), &roots()), Verdict::Ask);
         assert_eq!(Mode::ALL.map(Mode::id), ["read-only", "plan", "ask", "accept-edits", "auto", "full-auto"]);
+    }
+
+    /// Issue 27: the user's own skill folders (in lathe's config folder,
+    /// which is kept from commands) read without asking in every mode; a
+    /// file beside them in the config folder, or a link in them leading
+    /// elsewhere, still asks; writing there is judged as outside.
+    #[test]
+    fn the_users_skill_folders_read_without_asking() {
+        let root = tempfile::tempdir().unwrap();
+        let config = tempfile::tempdir().unwrap();
+        let skill = config.path().join("skills/pdf");
+        std::fs::create_dir_all(skill.join("references")).unwrap();
+        std::fs::write(skill.join("SKILL.md"), "---").unwrap();
+        std::fs::write(config.path().join("credentials.toml"), "k").unwrap();
+        let linked = crate::platform::testing::symlink(config.path().join("credentials.toml"), skill.join("key.md"));
+        let roots = vec![root.path().to_path_buf()];
+        let read = |path: &Path| Access::Read(vec![Target::of(path)]);
+        for mode in Mode::ALL {
+            let mut policy = Policy::new(mode);
+            policy.set_read_denials(ReadDenials::new(None, &[config.path().to_path_buf()]));
+            let asks = if mode == Mode::FullAuto { Verdict::Allow } else { Verdict::Ask };
+            assert_eq!(policy.judge(&read(&skill.join("SKILL.md")), &roots), asks, "{mode:?}: not yet");
+            policy.set_skill_folders(vec![Target::of(&skill).real]);
+            for path in [skill.join("SKILL.md"), skill.join("references/forms.md")] {
+                assert_eq!(policy.judge(&read(&path), &roots), Verdict::Allow, "{mode:?}: {path:?}");
+                assert_eq!(policy.caution(&read(&path), &roots), None);
+            }
+            assert_eq!(policy.judge(&read(&config.path().join("credentials.toml")), &roots), asks, "{mode:?}");
+            if linked {
+                assert_eq!(policy.judge(&read(&skill.join("key.md")), &roots), asks, "{mode:?}: a link out");
+            }
+            let write = Access::Write(vec![Target::of(&skill.join("SKILL.md"))]);
+            if mode != Mode::FullAuto {
+                assert_ne!(policy.judge(&write, &roots), Verdict::Allow, "{mode:?}");
+            }
+        }
     }
 
     /// Issues 25 and 29: writing what git runs (a hook, its config) and

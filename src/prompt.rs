@@ -18,6 +18,10 @@
 //! the log naming it and why. lathe's own user-level file is the user's: it
 //! may lead anywhere, but is type- and size-checked too.
 //!
+//! When the session has skills ([`crate::skills`]), one line per skill
+//! follows the environment, after the intro of `prompts/skills.md`; with
+//! none, nothing is added.
+//!
 //! The prompt is built once per session and kept, so that every request of a
 //! session starts with the same bytes (provider prompt caches hit) and nothing
 //! volatile, like the time of day, changes between requests. It is built in
@@ -30,6 +34,7 @@ use std::path::{Path, PathBuf};
 
 use crate::config::PromptProfile;
 use crate::platform::authority::{self, Area};
+use crate::skills::Skills;
 
 const SYSTEM: &str = include_str!("../prompts/system.md");
 const LEAN_SYSTEM: &str = include_str!("../prompts/lean/system.md");
@@ -97,18 +102,20 @@ pub struct ClientPrompt {
 
 /// The complete system prompt for a session, in both profiles.
 pub fn system_prompt(environment: &Environment<'_>, instructions: &[Instructions]) -> SystemPrompt {
-    system_prompt_with(environment, instructions, None)
+    system_prompt_with(environment, instructions, &Skills::default(), None)
 }
 
-/// [`system_prompt`] with the client's own prompt, appended or replacing
+/// [`system_prompt`] with the session's skills listed (nothing is added when
+/// there are none) and the client's own prompt, appended or replacing
 /// lathe's instructions (see [`ClientPrompt`]). Built once per session, like
 /// the rest: every request of the session starts with the same bytes.
 pub fn system_prompt_with(
     environment: &Environment<'_>,
     instructions: &[Instructions],
+    skills: &Skills,
     client: Option<&ClientPrompt>,
 ) -> SystemPrompt {
-    let rest = after_instructions(environment, instructions);
+    let rest = after_instructions(environment, skills.listing().as_deref(), instructions);
     let (standard, lean) = (SYSTEM.trim_end(), LEAN_SYSTEM.trim_end());
     match client {
         None => SystemPrompt { standard: format!("{standard}{rest}"), lean: format!("{lean}{rest}") },
@@ -129,13 +136,14 @@ const SUBAGENT: &str = include_str!("../prompts/subagent.md");
 /// prompt, and the environment (no project instructions: the job says what
 /// matters).
 pub fn subagent_prompt(agent_prompt: &str, environment: &Environment<'_>) -> SystemPrompt {
-    let rest = after_instructions(environment, &[]);
+    let rest = after_instructions(environment, None, &[]);
     let text = format!("{}\n\n{}{rest}", SUBAGENT.trim_end(), agent_prompt.trim());
     SystemPrompt::from(text.as_str())
 }
 
-/// What follows lathe's instructions: the environment and the project's files.
-fn after_instructions(environment: &Environment<'_>, instructions: &[Instructions]) -> String {
+/// What follows lathe's instructions: the environment, the skills (their
+/// listing, when there are any) and the project's files.
+fn after_instructions(environment: &Environment<'_>, skills: Option<&str>, instructions: &[Instructions]) -> String {
     let cwd = environment.cwd.display().to_string();
     let filled = ENVIRONMENT.replace("{cwd}", &cwd).replace("{os}", environment.os).replace("{date}", environment.date);
     let mut rest = format!("\n{}", filled.trim_end());
@@ -143,6 +151,10 @@ fn after_instructions(environment: &Environment<'_>, instructions: &[Instruction
         // One more line of the environment: the prefix has a token budget.
         rest.push('\n');
         rest.push_str(SANDBOX.replace("{sandbox}", sandbox).trim_end());
+    }
+    if let Some(skills) = skills {
+        rest.push_str("\n\n");
+        rest.push_str(skills);
     }
     if !instructions.is_empty() {
         rest.push_str("\n\n");
@@ -290,12 +302,12 @@ mod tests {
         let files = [Instructions { path: PathBuf::from("/work/project/AGENTS.md"), text: "project rules".into() }];
         let own = system_prompt(&env, &files);
         let append = ClientPrompt { replace: false, text: "Answer in French.\n".into() };
-        let appended = system_prompt_with(&env, &files, Some(&append));
+        let appended = system_prompt_with(&env, &files, &Skills::default(), Some(&append));
         for profile in [PromptProfile::Standard, PromptProfile::Lean] {
             assert_eq!(appended.get(profile), format!("{}\n\nAnswer in French.", own.get(profile)));
         }
         let replace = ClientPrompt { replace: true, text: "You are a reviewer.".into() };
-        let replaced = system_prompt_with(&env, &files, Some(&replace));
+        let replaced = system_prompt_with(&env, &files, &Skills::default(), Some(&replace));
         for profile in [PromptProfile::Standard, PromptProfile::Lean] {
             let prompt = replaced.get(profile);
             assert!(prompt.starts_with("You are a reviewer.\n"), "{prompt}");
@@ -303,7 +315,32 @@ mod tests {
             assert!(prompt.contains("Working directory (the project root for this session): /work/project"));
             assert!(prompt.ends_with("project rules"));
         }
-        assert_eq!(replaced, system_prompt_with(&env, &files, Some(&replace)));
+        assert_eq!(replaced, system_prompt_with(&env, &files, &Skills::default(), Some(&replace)));
+    }
+
+    /// Skills are listed after the environment, before the project's
+    /// files, in both profiles; with none the prompt is exactly as before.
+    #[test]
+    fn skills_are_listed_only_when_there_are_some() {
+        let env = Environment { cwd: Path::new("/p"), os: "linux", date: "d", sandbox: None };
+        let files = [Instructions { path: PathBuf::from("/p/AGENTS.md"), text: "project rules".into() }];
+        let skill = |name: &str| crate::skills::Skill {
+            name: name.to_owned(),
+            description: format!("{name}s things"),
+            path: PathBuf::from(format!("/p/.lathe/skills/{name}/SKILL.md")),
+            inside: Some(PathBuf::from("/p")),
+        };
+        let none = system_prompt_with(&env, &files, &Skills::default(), None);
+        assert_eq!(none, system_prompt(&env, &files));
+        let skills = Skills::new(vec![skill("zip"), skill("audit")]);
+        let listed = system_prompt_with(&env, &files, &skills, None);
+        for profile in [PromptProfile::Standard, PromptProfile::Lean] {
+            let prompt = listed.get(profile);
+            let (audit, zip) = (prompt.find("- audit: audits things (/p/.lathe/skills/audit/SKILL.md)"), prompt.find("- zip:"));
+            assert!(audit.is_some() && audit < zip, "{prompt}");
+            assert!(prompt.find("Operating system") < audit && zip < prompt.find("project rules"), "{prompt}");
+            assert_eq!(prompt.replace(&format!("\n\n{}", skills.listing().unwrap()), ""), none.get(profile));
+        }
     }
 
     #[test]

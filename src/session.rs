@@ -451,6 +451,8 @@ pub struct Session {
     hooks: OnceLock<Arc<crate::hooks::SessionHooks>>,
     /// What the user was told once already.
     told: Mutex<Vec<String>>,
+    /// Its skills, as its system prompt lists them, once set (else none).
+    skills: OnceLock<crate::skills::Skills>,
 }
 
 /// A prompt's turn, registered (so it can be cancelled) but not yet running.
@@ -544,6 +546,7 @@ impl Session {
             told: Mutex::new(Vec::new()),
             steers: Steers::new(journal.clone()),
             agents: OnceLock::new(),
+            skills: OnceLock::new(),
             journal,
         }
     }
@@ -608,6 +611,19 @@ impl Session {
         }
         told.push(said.to_owned());
         true
+    }
+
+    /// The session's skills (those its system prompt lists).
+    pub fn skills(&self) -> &crate::skills::Skills {
+        self.skills.get_or_init(crate::skills::Skills::default)
+    }
+
+    /// Gives the session its skills; only the first call counts. The user's
+    /// own skill folders read without asking (see
+    /// [`Policy::set_skill_folders`]).
+    pub fn set_skills(&self, skills: crate::skills::Skills) {
+        lock(&self.policy).set_skill_folders(skills.user_folders());
+        let _ = self.skills.set(skills);
     }
 
     /// Gives the session its checkpoints; only the first call counts.

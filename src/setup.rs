@@ -80,19 +80,27 @@ pub struct WorkspaceFiles {
     pub commands: Vec<SlashCommand>,
     /// The agents defined in Markdown (see [`crate::agents`]).
     pub agents: Vec<crate::agents::AgentSpec>,
+    /// The skills (see [`crate::skills`]).
+    pub skills: Vec<crate::skills::Skill>,
 }
 
-/// The project instructions, slash commands and agents for a session in
+/// The project instructions, slash commands, agents and skills for a session in
 /// `cwd` (`extra_agent_dirs`: `[agent] extra_agent_dirs`). Blocking: it
 /// reads files.
 pub fn workspace_files(cwd: &Path, user_dir: Option<&Path>, extra_agent_dirs: &[String]) -> WorkspaceFiles {
     if !cwd.is_dir() {
         tracing::warn!(path = %cwd.display(), "the session's cwd is not an existing directory");
     }
+    let skills = crate::skills::discover(cwd, user_dir);
+    let mut commands = commands::available(cwd, user_dir);
+    for hidden in commands::add_skills(&mut commands, &skills) {
+        tracing::warn!(skill = %hidden.name, path = %hidden.path.display(), "a skill has the name of a slash command: /{} runs the command", hidden.name);
+    }
     WorkspaceFiles {
         instructions: project_instructions(cwd, user_dir),
-        commands: commands::available(cwd, user_dir),
+        commands,
         agents: crate::agents::defined(cwd, user_dir, extra_agent_dirs),
+        skills,
     }
 }
 
@@ -193,7 +201,8 @@ pub fn open_session(
     let date = Environment::today();
     let environment =
         Environment { cwd: &placement.cwd, os: std::env::consts::OS, date: &date, sandbox: sandbox.as_deref() };
-    let prompt = system_prompt_with(&environment, instructions, system.as_ref());
+    let skills = crate::skills::Skills::new(files.skills.clone());
+    let prompt = system_prompt_with(&environment, instructions, &skills, system.as_ref());
     let mut conversation = Conversation::new(prompt, messages, journal);
     conversation.cost = cost;
     let setup = SessionSetup {
@@ -205,6 +214,7 @@ pub fn open_session(
     let session = Arc::new(Session::new(Arc::clone(&id), setup, conversation, choices, mode, root));
     session.steers().restore(waiting);
     session.set_agents(session_agents(config, files.agents.clone()));
+    session.set_skills(skills);
     // Checkpoints live in the session's folder, so they go with it; a
     // session that is not saved keeps none.
     if let Some(store) = store.filter(|_| session.journal().is_some())
@@ -364,12 +374,22 @@ pub enum Request {
     /// A built-in command lathe answers itself (`/compact`, `/clear`,
     /// `/model`, `/mode`), with its arguments.
     Builtin(CommandKind, String),
+    /// What lathe answers at once, without a turn (a skill that cannot be
+    /// read now, and why).
+    Reply(String),
 }
 
-/// A prompt that is a slash command becomes what the command does. The
-/// command files are read on a blocking thread: a workspace's files may be
-/// slow (a network mount), and the turn's task must stay responsive.
-pub async fn classify(cwd: &Path, user_dir: Option<&Path>, parts: Vec<UserPart>) -> Request {
+/// A prompt that is a slash command becomes what the command does: a
+/// built-in, a command file's prompt, or one of the session's `skills` with
+/// its instructions loaded. The files are read on a blocking thread: a
+/// workspace's files may be slow (a network mount), and the turn's task
+/// must stay responsive.
+pub async fn classify(
+    cwd: &Path,
+    user_dir: Option<&Path>,
+    skills: &crate::skills::Skills,
+    parts: Vec<UserPart>,
+) -> Request {
     let [UserPart::Text { text }] = parts.as_slice() else { return Request::Turn(parts) };
     let Some((name, arguments)) = commands::parse_invocation(text) else { return Request::Turn(parts) };
     let (cwd, user_dir) = (cwd.to_path_buf(), user_dir.map(Path::to_path_buf));
@@ -391,9 +411,19 @@ pub async fn classify(cwd: &Path, user_dir: Option<&Path>, parts: Vec<UserPart>)
             }
             Request::Turn(vec![UserPart::Text { text }])
         }
+        Some(CommandKind::Skill) | None => match skills.get(name).cloned() {
+            Some(skill) => {
+                let arguments = arguments.to_owned();
+                match tokio::task::spawn_blocking(move || crate::skills::load(&skill, &arguments)).await {
+                    Ok(Ok(text)) => Request::Turn(vec![UserPart::Text { text }]),
+                    Ok(Err(why)) => Request::Reply(why),
+                    Err(err) => Request::Reply(format!("The skill could not be read: {err}.")),
+                }
+            }
+            // Not a command lathe knows (a path, say): an ordinary prompt.
+            None => Request::Turn(parts),
+        },
         Some(kind) => Request::Builtin(kind, arguments.to_owned()),
-        // Not a command lathe knows (a path, say): an ordinary prompt.
-        None => Request::Turn(parts),
     }
 }
 

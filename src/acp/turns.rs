@@ -162,9 +162,14 @@ impl Server {
             let info = SessionInfoUpdate::new().title(shown).updated_at(now_rfc3339());
             events.send_unrecorded(SessionUpdate::SessionInfoUpdate(info));
         }
-        match setup::classify(&session.setup().cwd, self.config().user_dir.as_deref(), parts).await {
+        match setup::classify(&session.setup().cwd, self.config().user_dir.as_deref(), session.skills(), parts).await {
             Request::Turn(parts) => self.run_turn(turn, &events, parts).await,
             Request::Builtin(kind, arguments) => self.run_builtin(turn, &events, kind, &arguments).await,
+            Request::Reply(text) => {
+                let message_id: Arc<str> = Arc::from(format!("cmd_{}", uuid::Uuid::new_v4().simple()));
+                events.emit(AgentEvent::AgentText { message_id, text });
+                Ok(StopReason::EndTurn)
+            }
         }
     }
 
@@ -264,8 +269,9 @@ impl Server {
             CommandKind::Redo => self.redo_command(turn, events).await,
             CommandKind::Checkpoints => crate::undo::list(&session).await,
             CommandKind::Permissions => setup::permissions_list(&self.config(), &session).await,
-            CommandKind::Init | CommandKind::Custom { .. } => {
-                // Both are turned into ordinary turns by `classify`.
+            CommandKind::Skills => session.skills().summary(),
+            CommandKind::Init | CommandKind::Custom { .. } | CommandKind::Skill => {
+                // These are turned into ordinary turns by `classify`.
                 return Ok(StopReason::EndTurn);
             }
         };

@@ -86,7 +86,7 @@ pub fn chat(config: Config, args: ChatArgs, runtime: &tokio::runtime::Runtime) -
     if let Some((title, text)) = engine.sandbox_notice(&session) {
         style::warn_line(&format!("{title}: {text}"));
     }
-    let commands = engine.commands(&session.setup().cwd);
+    let commands = engine.commands(&session);
     // Like a shell: Tab completes as far as the commands agree, a second Tab lists them.
     let settings = rustyline::Config::builder().completion_type(rustyline::CompletionType::List).build();
     let mut editor: Editor<Commands, DefaultHistory> = match Editor::with_config(settings) {

@@ -238,9 +238,12 @@ impl Engine {
             .unwrap_or_default()
     }
 
-    /// The slash commands a session in `cwd` offers. Blocking.
-    pub fn commands(&self, cwd: &std::path::Path) -> Vec<crate::commands::SlashCommand> {
-        crate::commands::available(cwd, self.config.user_dir.as_deref())
+    /// The slash commands `session` offers: the built-ins, the command
+    /// files, its skills. Blocking.
+    pub fn commands(&self, session: &Session) -> Vec<crate::commands::SlashCommand> {
+        let mut commands = crate::commands::available(&session.setup().cwd, self.config.user_dir.as_deref());
+        crate::commands::add_skills(&mut commands, session.skills().all());
+        commands
     }
 
     /// Writes the session's current state to its metadata.
@@ -296,9 +299,15 @@ impl Engine {
             self.save_meta(session);
             events.title(&title);
         }
-        let result = match setup::classify(&session.setup().cwd, self.config.user_dir.as_deref(), parts).await {
+        let cwd = &session.setup().cwd;
+        let result = match setup::classify(cwd, self.config.user_dir.as_deref(), session.skills(), parts).await {
             Request::Turn(parts) => self.run_turn(&mut turn, events, approver, parts).await,
             Request::Builtin(kind, arguments) => self.run_builtin(&mut turn, events, kind, &arguments).await,
+            Request::Reply(text) => {
+                let message_id: Arc<str> = Arc::from(format!("cmd_{}", uuid::Uuid::new_v4().simple()));
+                crate::agent::EventSink::emit(events, AgentEvent::AgentText { message_id, text: format!("{text}\n") });
+                Ok(StopReason::EndTurn)
+            }
         };
         let cancelled = turn.token().is_cancelled();
         let usage = turn.conversation().turn_usage.take();
@@ -405,8 +414,9 @@ impl Engine {
             }
             CommandKind::Checkpoints => crate::undo::list(&session).await,
             CommandKind::Permissions => setup::permissions_list(&self.config, &session).await,
-            // Both are turned into ordinary turns by `classify`.
-            CommandKind::Init | CommandKind::Custom { .. } => return Ok(StopReason::EndTurn),
+            CommandKind::Skills => session.skills().summary(),
+            // These are turned into ordinary turns by `classify`.
+            CommandKind::Init | CommandKind::Custom { .. } | CommandKind::Skill => return Ok(StopReason::EndTurn),
         };
         let message_id: Arc<str> = Arc::from(format!("cmd_{}", uuid::Uuid::new_v4().simple()));
         crate::agent::EventSink::emit(events, AgentEvent::AgentText { message_id, text: format!("{reply}\n") });
