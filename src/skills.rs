@@ -25,7 +25,8 @@
 //!
 //! The system prompt lists each skill on one line, sorted by name: its
 //! name, its description (on one line, at most [`MAX_DESCRIPTION_CHARS`])
-//! and where its `SKILL.md` is, so the model reads the body with the
+//! and where its `SKILL.md` is (relative to the project for a project's
+//! skill, in full for the user's), so the model reads the body with the
 //! ordinary read tool when a task matches (a session with no skills has
 //! nothing added). The user's own skill folders read without asking (see
 //! [`crate::permission::Policy::set_skill_folders`]). The user runs a skill
@@ -83,6 +84,14 @@ impl Skill {
     pub fn folder(&self) -> &Path {
         self.path.parent().unwrap_or(&self.path)
     }
+
+    /// Its `SKILL.md` as the prompt names it: relative to the project for a
+    /// project's skill (fewer tokens; the read tool reads from there), in
+    /// full for the user's.
+    pub fn shown_path(&self) -> String {
+        let relative = self.inside.as_deref().and_then(|root| self.path.strip_prefix(root).ok());
+        relative.unwrap_or(&self.path).display().to_string()
+    }
 }
 
 /// A session's skills, sorted by name (so the prompt's list is byte-stable).
@@ -124,7 +133,7 @@ impl Skills {
         let lines: Vec<String> = self
             .skills
             .iter()
-            .map(|skill| format!("- {}: {} ({})", skill.name, skill.description, skill.path.display()))
+            .map(|skill| format!("- {}: {} ({})", skill.name, skill.description, skill.shown_path()))
             .collect();
         Some(format!("{}\n{}", LISTING_INTRO.trim_end(), lines.join("\n")))
     }
@@ -150,7 +159,7 @@ impl Skills {
         let lines: Vec<String> = self
             .skills
             .iter()
-            .map(|skill| format!("- `/{}`: {} ({})", skill.name, skill.description, skill.path.display()))
+            .map(|skill| format!("- `/{}`: {} ({})", skill.name, skill.description, skill.shown_path()))
             .collect();
         format!("Skills (run one with `/<name> [request]`):\n{}", lines.join("\n"))
     }
@@ -462,7 +471,9 @@ mod tests {
         assert_eq!(lines.len(), 3, "{listing}");
         assert!(lines[0].starts_with("- deploy: Deploys ("), "{listing}");
         assert!(lines[1].starts_with("- notes: Takes notes ("), "{listing}");
-        assert!(lines[2].starts_with(&format!("- review: Reviews a diff ({}", lathe.display())), "{listing}");
+        assert_eq!(lines[2], "- review: Reviews a diff (.lathe/skills/review/SKILL.md)", "{listing}");
+        let user_path = user.join("skills/notes/SKILL.md");
+        assert_eq!(lines[1], format!("- notes: Takes notes ({})", user_path.display()), "the user's in full");
         assert_eq!(Some(listing), Skills::new(discover(&project, Some(&user))).listing(), "byte-stable");
         assert_eq!(Skills::default().listing(), None);
         assert_eq!(skills.user_folders(), [authority::Target::of(&user.join("skills/notes")).real]);

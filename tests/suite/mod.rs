@@ -103,6 +103,7 @@ mod retries;
 mod sandbox;
 mod sessions;
 mod setup;
+mod skills;
 mod sse_split;
 mod standard_updates;
 mod steering;

@@ -628,6 +628,46 @@ async fn the_standard_prefix_with_fetch_stays_within_its_budget() {
     assert!(tokens <= 3120, "standard prefix in plan mode is {tokens} tokens");
 }
 
+/// Issue 27: what two skills add to the prefix of each profile (one line
+/// each and the list's intro; nothing without skills, which the two tests
+/// above measure). The figures are printed for BENCHMARKS.md.
+#[tokio::test]
+async fn two_skills_add_a_line_each_to_the_prefix() {
+    let bpe = std::thread::spawn(tiktoken_rs::o200k_base);
+    let mut measured = Vec::new();
+    for profile in ["standard", "lean"] {
+        let mut h = Harness::with_config(&format!("prompt = \"{profile}\"\n")).await;
+        for (name, description) in [
+            ("release", "Cuts a release: bumps the version, writes the changelog, tags. Use when asked to ship."),
+            ("pdf-forms", "Fills PDF forms with scripts/fill.py. Use when the user asks to fill a form."),
+        ] {
+            let folder = h.project.join(".agents/skills").join(name);
+            std::fs::create_dir_all(&folder).unwrap();
+            std::fs::write(folder.join("SKILL.md"), format!("---\nname: {name}\ndescription: {description}\n---\nSteps.\n"))
+                .unwrap();
+        }
+        let session = h.session().await;
+        h.mock.push(text_reply("hello"));
+        turn(&mut h, &session, "hi").await;
+        let requests = h.mock.chat_requests();
+        let body: RequestBody<'_> = serde_json::from_str(&requests[0].raw_body).unwrap();
+        let (system, tools) = (body.messages[0].get().to_owned(), body.tools.get().to_owned());
+        measured.push((profile, system, tools));
+    }
+    let bpe = bpe.join().unwrap().unwrap();
+    for (profile, system, tools) in measured {
+        let with = prefix_tokens(&bpe, &system, &tools);
+        let text: Value = serde_json::from_str(&system).unwrap();
+        let text = text["content"].as_str().unwrap();
+        let at = text.find("\n\n# Skills").expect("the skills are listed");
+        let listing = &text[at..];
+        let without = bpe.encode_ordinary(&text.replace(listing, "")).len() + bpe.encode_ordinary(&tools).len();
+        let added = with - without;
+        eprintln!("{profile} prefix with two skills: {with} tokens ({added} for the skills)");
+        assert!(added <= 140, "{profile}: two skills add {added} tokens:\n{listing}");
+    }
+}
+
 // ---------------------------------------------------------------------------
 // 8. Plain string content.
 // ---------------------------------------------------------------------------
