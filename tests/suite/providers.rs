@@ -663,7 +663,8 @@ async fn two_skills_add_a_line_each_to_the_prefix() {
         let listing = &text[at..];
         let without = bpe.encode_ordinary(&text.replace(listing, "")).len() + bpe.encode_ordinary(&tools).len();
         let added = with - without;
-        eprintln!("{profile} prefix with two skills: {with} tokens ({added} for the skills)");
+        let intro = bpe.encode_ordinary(&listing[..listing.find("\n- ").unwrap()]).len();
+        eprintln!("{profile} prefix with two skills: {with} tokens ({added} for the skills, {intro} of them the intro)");
         assert!(added <= 140, "{profile}: two skills add {added} tokens:\n{listing}");
     }
 }
