@@ -342,7 +342,10 @@ mod tests {
         let hidden: Vec<&str> = add_skills(&mut commands, &skills).iter().map(|s| s.name.as_str()).collect();
         assert_eq!(hidden, ["compact", "review", "skills"]);
         let pdf = commands.iter().find(|c| c.name == "pdf").unwrap();
-        assert_eq!((pdf.kind.clone(), pdf.description.as_str(), pdf.hint.as_deref()), (CommandKind::Skill, "pdfs", Some("[request]")));
+        assert_eq!(
+            (pdf.kind.clone(), pdf.description.as_str(), pdf.hint.as_deref()),
+            (CommandKind::Skill, "pdfs", Some("[request]"))
+        );
         assert_eq!(commands.iter().filter(|c| c.name == "compact").count(), 1);
     }
 }

@@ -67,11 +67,6 @@ impl FrontMatter {
         Some(list.split(',').map(|item| unquote(item.trim()).to_owned()).filter(|item| !item.is_empty()).collect())
     }
 
-    /// Whether the file sets `key` at all.
-    pub fn has(&self, key: &str) -> bool {
-        self.field(key).is_some()
-    }
-
     fn field(&self, key: &str) -> Option<&Field> {
         self.fields.iter().rev().find(|field| field.key == key)
     }
@@ -170,9 +165,7 @@ fn is_block_indicator(value: &str) -> bool {
 /// Whether an indented line is a map's `child: value` (a key of one word).
 fn is_map_child(line: &str) -> bool {
     line.split_once(':').is_some_and(|(key, value)| {
-        !key.is_empty()
-            && !key.contains(char::is_whitespace)
-            && (value.is_empty() || value.starts_with([' ', '\t']))
+        !key.is_empty() && !key.contains(char::is_whitespace) && (value.is_empty() || value.starts_with([' ', '\t']))
     })
 }
 
@@ -217,9 +210,10 @@ mod tests {
 
     #[test]
     fn keys_lists_and_the_body() {
-        let (front, body) =
-            split("---\nname: reviewer\ndescription: \"Reviews: a diff\"\ntools:\n  - Read\n- 'grep'\n---\nYou review.\n")
-                .unwrap();
+        let (front, body) = split(
+            "---\nname: reviewer\ndescription: \"Reviews: a diff\"\ntools:\n  - Read\n- 'grep'\n---\nYou review.\n",
+        )
+        .unwrap();
         assert_eq!(front.get("name"), Some("reviewer"));
         assert_eq!(front.get("description"), Some("Reviews: a diff"));
         assert_eq!(front.list("tools"), Some(vec!["Read".to_owned(), "grep".to_owned()]));

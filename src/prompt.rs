@@ -336,7 +336,8 @@ mod tests {
         let listed = system_prompt_with(&env, &files, &skills, None);
         for profile in [PromptProfile::Standard, PromptProfile::Lean] {
             let prompt = listed.get(profile);
-            let (audit, zip) = (prompt.find("- audit: audits things (.lathe/skills/audit/SKILL.md)"), prompt.find("- zip:"));
+            let (audit, zip) =
+                (prompt.find("- audit: audits things (.lathe/skills/audit/SKILL.md)"), prompt.find("- zip:"));
             assert!(audit.is_some() && audit < zip, "{prompt}");
             assert!(prompt.find("Operating system") < audit && zip < prompt.find("project rules"), "{prompt}");
             assert_eq!(prompt.replace(&format!("\n\n{}", skills.listing().unwrap()), ""), none.get(profile));

@@ -277,7 +277,8 @@ pub fn valid_name(name: &str) -> bool {
 /// Text on one line (every run of whitespace or control characters one
 /// space), at most [`MAX_DESCRIPTION_CHARS`] characters.
 fn one_line(text: &str) -> String {
-    let words: Vec<&str> = text.split(|c: char| c.is_whitespace() || c.is_control()).filter(|w| !w.is_empty()).collect();
+    let words: Vec<&str> =
+        text.split(|c: char| c.is_whitespace() || c.is_control()).filter(|w| !w.is_empty()).collect();
     let line = words.join(" ");
     if line.chars().count() <= MAX_DESCRIPTION_CHARS {
         return line;
@@ -294,8 +295,8 @@ fn one_line(text: &str) -> String {
 pub fn load(skill: &Skill, arguments: &str) -> Result<String, String> {
     let text = read(&skill.path, skill.inside.as_deref())
         .ok_or_else(|| format!("The skill `{}` cannot be read now ({}).", skill.name, skill.path.display()))?;
-    let (_, body) = front_matter::split(&text)
-        .map_err(|why| format!("The skill `{}` is no longer valid: {why}.", skill.name))?;
+    let (_, body) =
+        front_matter::split(&text).map_err(|why| format!("The skill `{}` is no longer valid: {why}.", skill.name))?;
     let path = skill.path.display().to_string();
     let prompt = fill(INVOKED.trim_end(), &[("name", &skill.name), ("path", &path), ("body", body.trim())]);
     Ok(crate::commands::expand(&prompt, arguments))

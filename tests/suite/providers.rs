@@ -643,8 +643,11 @@ async fn two_skills_add_a_line_each_to_the_prefix() {
         ] {
             let folder = h.project.join(".agents/skills").join(name);
             std::fs::create_dir_all(&folder).unwrap();
-            std::fs::write(folder.join("SKILL.md"), format!("---\nname: {name}\ndescription: {description}\n---\nSteps.\n"))
-                .unwrap();
+            std::fs::write(
+                folder.join("SKILL.md"),
+                format!("---\nname: {name}\ndescription: {description}\n---\nSteps.\n"),
+            )
+            .unwrap();
         }
         let session = h.session().await;
         h.mock.push(text_reply("hello"));
@@ -664,7 +667,9 @@ async fn two_skills_add_a_line_each_to_the_prefix() {
         let without = bpe.encode_ordinary(&text.replace(listing, "")).len() + bpe.encode_ordinary(&tools).len();
         let added = with - without;
         let intro = bpe.encode_ordinary(&listing[..listing.find("\n- ").unwrap()]).len();
-        eprintln!("{profile} prefix with two skills: {with} tokens ({added} for the skills, {intro} of them the intro)");
+        eprintln!(
+            "{profile} prefix with two skills: {with} tokens ({added} for the skills, {intro} of them the intro)"
+        );
         assert!(added <= 140, "{profile}: two skills add {added} tokens:\n{listing}");
     }
 }

@@ -271,7 +271,9 @@ async fn builtin_slash_commands() {
         .iter()
         .map(|c| c["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["compact", "clear", "init", "model", "mode", "undo", "redo", "checkpoints", "permissions"]);
+    let expected =
+        ["compact", "clear", "init", "model", "mode", "undo", "redo", "checkpoints", "permissions", "skills"];
+    assert_eq!(names, expected);
 
     // /model <name>: switches, says so, and tells the editor the new state.
     let id = prompt(&mut h.agent, &session, "/model thinker").await;

@@ -24,7 +24,12 @@ fn skill(dir: &Path, name: &str, description: &str, body: &str) {
 
 /// Two project skills (one in each folder), a user one, and a broken one.
 fn with_skills(h: &Harness) {
-    skill(&h.project.join(".lathe/skills"), "release", "Cuts a release. Use when asked to ship.", "Tag it: v$ARGUMENTS.");
+    skill(
+        &h.project.join(".lathe/skills"),
+        "release",
+        "Cuts a release. Use when asked to ship.",
+        "Tag it: v$ARGUMENTS.",
+    );
     skill(&h.project.join(".agents/skills"), "changelog", "Writes the changelog", "List the merged changes.");
     skill(&h.home.path().join(".config/lathe/skills"), "notes", "Takes notes", "Write notes in notes.md.");
     let broken = h.project.join(".lathe/skills/broken");
@@ -67,7 +72,8 @@ async fn skills_are_listed_in_the_prompt_sorted_and_byte_stable() {
     let requests = h.mock.chat_requests();
     let system = system_of(&requests[0].body);
     assert_eq!(system, system_of(&requests[1].body), "byte-stable across turns");
-    let lines: Vec<&str> = system.lines().filter(|line| line.starts_with("- ") && line.ends_with("/SKILL.md)")).collect();
+    let lines: Vec<&str> =
+        system.lines().filter(|line| line.starts_with("- ") && line.ends_with("/SKILL.md)")).collect();
     let user = h.home.path().join(".config/lathe/skills");
     assert_eq!(
         lines,
