@@ -222,7 +222,7 @@ impl Engine {
         store.save_meta_later(meta.clone());
         let files = self.read_workspace(&placement.cwd).await;
         let journal = Journal::new(Arc::clone(&store), Arc::from(id));
-        let crate::acp::Restored { messages, waiting, cost } = restored;
+        let crate::present::replay::Restored { messages, waiting, cost } = restored;
         let start = Start { waiting, cost, ..Start::new(messages, choices, mode, Some(journal)) };
         let session =
             setup::open_session(&self.config, Some(&store), Arc::from(id), placement, start, &files, &self.root);
