@@ -1,8 +1,9 @@
 //! The file tools `read_file`, `write_file` and `edit_file`: their arguments
 //! and schemas, how a call is described before it runs (title, locations and,
 //! for changes, the diff the permission prompt shows), and running it:
-//! line-numbered reading within the output limits, whole-file writes, and
-//! string edits applied all or nothing, each located by
+//! line-numbered reading within the output limits, whole-file writes (with
+//! the line endings of the file or folder, see [`endings`](super::endings)),
+//! and string edits applied all or nothing, each located by
 //! [`edit_match`](super::edit_match) (exact text first, then the slips a
 //! model makes that have one reading).
 //!
@@ -56,6 +57,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::{Value, json};
 
 use super::edit_match;
+use super::endings;
 use super::lenient;
 use super::local::{BINARY_SNIFF_BYTES, MAX_FILE_BYTES, read_text_blocking, size_text};
 use super::versions::Freshness;
@@ -239,7 +241,11 @@ pub fn describe_write_file(args: &WriteFileArgs, cwd: &Path, in_place: bool) -> 
     let (title, preview) = match &target.found {
         Found::Missing | Found::Unresolvable(_) => (
             format!("Create {shown}"),
-            vec![DisplayContent::Diff { path: path.clone(), old_text: None, new_text: args.content.clone() }],
+            vec![DisplayContent::Diff {
+                path: path.clone(),
+                old_text: None,
+                new_text: endings::like_siblings(&args.content, &target).into_owned(),
+            }],
         ),
         Found::File { .. } | Found::Directory | Found::Special(_) => {
             // Unreadable, binary or large: no preview rather than a misleading new-file diff.
@@ -247,8 +253,8 @@ pub fn describe_write_file(args: &WriteFileArgs, cwd: &Path, in_place: bool) -> 
                 .ok()
                 .map(|old| DisplayContent::Diff {
                     path: path.clone(),
+                    new_text: endings::like_file(&args.content, &old).into_owned(),
                     old_text: Some(old),
-                    new_text: args.content.clone(),
                 })
                 .into_iter()
                 .collect();
@@ -434,25 +440,29 @@ pub async fn write_file(args: WriteFileArgs, target: &Target, ctx: &ToolContext<
     };
     let path = target.real.clone();
     let shown = target.shown(ctx.cwd);
-    match write(ctx, target, &args.content).await {
+    let written = match with_endings(args.content, target, exists, old.as_deref()).await {
+        Ok(written) => written,
+        Err(err) => return ToolOutcome::failed(write_error(&err, &shown)),
+    };
+    match write(ctx, target, &written).await {
         Err(Cancelled) => return ToolOutcome::cancelled(),
         Ok(Err(err)) => return ToolOutcome::failed(write_error(&err, &shown)),
         Ok(Ok(())) => {}
     }
-    ctx.seen.record(&path, &args.content);
-    let lines = plural(args.content.lines().count(), "line");
+    ctx.seen.record(&path, &written);
+    let lines = plural(written.lines().count(), "line");
     let showable = |text: &str| text.len() <= DIFF_MAX_BYTES;
     let (for_model, content) = match (exists, old) {
-        (false, _) if showable(&args.content) => (
+        (false, _) if showable(&written) => (
             format!("Created {shown} ({lines})."),
-            DisplayContent::Diff { path: path.clone(), old_text: None, new_text: args.content },
+            DisplayContent::Diff { path: path.clone(), old_text: None, new_text: written },
         ),
         (false, _) => {
             (format!("Created {shown} ({lines})."), DisplayContent::Text(format!("Created {shown} ({lines}).")))
         }
-        (true, Some(old)) if showable(&old) && showable(&args.content) => (
+        (true, Some(old)) if showable(&old) && showable(&written) => (
             format!("Wrote {lines} to {shown}."),
-            DisplayContent::Diff { path: path.clone(), old_text: Some(old), new_text: args.content },
+            DisplayContent::Diff { path: path.clone(), old_text: Some(old), new_text: written },
         ),
         // A new-file diff would mislead, and a huge one helps no one; say what happened instead.
         (true, _) => {
@@ -465,6 +475,23 @@ pub async fn write_file(args: WriteFileArgs, target: &Target, ctx: &ToolContext<
         content: vec![content],
         locations: Some(vec![Location { path, line: None }]),
         raw_output: None,
+    }
+}
+
+/// `write_file`'s content with the line endings it gets on disk (see
+/// [`endings`]): those of the file it replaces (`old`, its text when
+/// readable), or of its folder's files for a new one (read off the async
+/// threads).
+async fn with_endings(content: String, target: &Target, exists: bool, old: Option<&str>) -> Result<String, HostError> {
+    match (exists, old) {
+        (true, Some(old)) => Ok(endings::like_file(&content, old).into_owned()),
+        (true, None) => Ok(content),
+        (false, _) => {
+            let target = target.clone();
+            tokio::task::spawn_blocking(move || endings::like_siblings(&content, &target).into_owned())
+                .await
+                .map_err(|err| HostError::Other(format!("Looking at the folder's line endings did not finish: {err}")))
+        }
     }
 }
 
@@ -1426,6 +1453,42 @@ mod tests {
         let out = fx.edit(json!({"path": "unix.txt", "old_string": "a\r\nb", "new_string": "c\r\nd"})).await;
         assert_eq!(out.status, OutcomeStatus::Completed, "{}", out.for_model);
         assert_eq!(fx.content("unix.txt"), "c\nd\n");
+    }
+
+    #[tokio::test]
+    async fn writes_keep_a_crlf_file_crlf_and_new_files_follow_their_folder() {
+        let fx = Fixture::new();
+        fx.file("win.txt", "one\r\ntwo\r\n");
+        fx.read(json!({"path": "win.txt"})).await;
+        let out = fx.write(json!({"path": "win.txt", "content": "1\n2\n3\n"})).await;
+        assert_eq!(out.status, OutcomeStatus::Completed, "{}", out.for_model);
+        assert_eq!(std::fs::read(fx.cwd().join("win.txt")).unwrap(), b"1\r\n2\r\n3\r\n");
+        // What was written counts as seen: the next write is no change behind the model's back.
+        let again = fx.write(json!({"path": "win.txt", "content": "4\n"})).await;
+        assert_eq!(again.status, OutcomeStatus::Completed, "{}", again.for_model);
+        assert_eq!(std::fs::read(fx.cwd().join("win.txt")).unwrap(), b"4\r\n");
+
+        let created = fx.write(json!({"path": "new.txt", "content": "a\nb\n"})).await;
+        assert_eq!(created.status, OutcomeStatus::Completed, "{}", created.for_model);
+        assert_eq!(std::fs::read(fx.cwd().join("new.txt")).unwrap(), b"a\r\nb\r\n", "beside a CRLF file");
+        let nested = fx.write(json!({"path": "unix/new.txt", "content": "a\n"})).await;
+        assert_eq!(nested.status, OutcomeStatus::Completed, "{}", nested.for_model);
+        assert_eq!(std::fs::read(fx.cwd().join("unix/new.txt")).unwrap(), b"a\r\n", "a new folder: its parent's");
+        fx.file("unix/old.txt", "x\ny\n");
+        fx.file("unix/older.txt", "x\n");
+        let beside_lf = fx.write(json!({"path": "unix/other.txt", "content": "a\nb\n"})).await;
+        assert_eq!(beside_lf.status, OutcomeStatus::Completed, "{}", beside_lf.for_model);
+        assert_eq!(std::fs::read(fx.cwd().join("unix/other.txt")).unwrap(), b"a\nb\n", "beside LF files");
+        let preview = describe_write_file(
+            &serde_json::from_value(json!({"path": "more.txt", "content": "a\n"})).unwrap(),
+            fx.cwd(),
+            false,
+        );
+        assert!(
+            matches!(&preview.preview[..], [DisplayContent::Diff { new_text, .. }] if new_text == "a\r\n"),
+            "the preview shows what is written: {:?}",
+            preview.preview
+        );
     }
 
     #[test]

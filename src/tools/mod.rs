@@ -23,6 +23,7 @@
 //! not know where they come from.
 
 pub mod edit_match;
+pub mod endings;
 pub mod fetch;
 pub mod fs;
 pub mod html;
