@@ -23,6 +23,35 @@ pub fn symlink(original: impl AsRef<Path>, link: impl AsRef<Path>) -> bool {
     }
 }
 
+/// Makes `link` a directory junction to `original` (Windows; a symbolic
+/// link to the directory elsewhere); whether it did (wine 8 makes none).
+pub fn junction(original: &Path, link: &Path) -> bool {
+    match sys::junction(original, link) {
+        Ok(()) if std::fs::symlink_metadata(link).is_ok_and(|m| m.file_type().is_symlink()) => true,
+        Ok(()) => {
+            skipped("a junction", "the system reported one made, but there is none (wine 8 makes no reparse points)")
+        }
+        Err(err) => skipped("a junction", &err.to_string()),
+    }
+}
+
+/// The 8.3 short name of `path`'s last component, as `path`'s parent
+/// joined with it, when the volume gives one (Windows with 8.3 names on,
+/// and wine); else `None`, said as skipped.
+pub fn short_name(path: &Path) -> Option<PathBuf> {
+    match sys::short_name(path) {
+        Ok(Some(short)) => Some(short),
+        Ok(None) => {
+            skipped("an 8.3 short name", "the volume gives none for this name (8.3 names are off)");
+            None
+        }
+        Err(err) => {
+            skipped("an 8.3 short name", &err.to_string());
+            None
+        }
+    }
+}
+
 /// Makes a FIFO at `path`; whether it did (Windows has none at drive paths).
 pub fn fifo(path: &Path) -> bool {
     match sys::fifo(path) {
@@ -69,6 +98,14 @@ mod sys {
         std::os::unix::fs::symlink(original, link)
     }
 
+    pub(super) fn junction(original: &Path, link: &Path) -> std::io::Result<()> {
+        std::os::unix::fs::symlink(original, link)
+    }
+
+    pub(super) fn short_name(_path: &Path) -> std::io::Result<Option<std::path::PathBuf>> {
+        Err(std::io::Error::new(std::io::ErrorKind::Unsupported, "8.3 short names are Windows'"))
+    }
+
     /// Through the `mkfifo` program: rustix has no `mknodat` on macOS.
     pub(super) fn fifo(path: &Path) -> std::io::Result<()> {
         let status = std::process::Command::new("mkfifo").arg(path).status()?;
@@ -92,7 +129,7 @@ mod sys {
 mod sys {
     use std::ffi::OsString;
     use std::os::windows::ffi::OsStringExt as _;
-    use std::path::Path;
+    use std::path::{Path, PathBuf};
 
     pub(super) const DEVICES: bool = false;
 
@@ -103,6 +140,38 @@ mod sys {
         } else {
             std::os::windows::fs::symlink_file(original, link)
         }
+    }
+
+    /// Through `cmd /c mklink /J` (std's `junction_point` is unstable).
+    pub(super) fn junction(original: &Path, link: &Path) -> std::io::Result<()> {
+        let output =
+            std::process::Command::new("cmd").arg("/c").arg("mklink").arg("/J").arg(link).arg(original).output()?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(std::io::Error::other(format!(
+                "mklink /J failed: {}{}",
+                String::from_utf8_lossy(&output.stdout).trim(),
+                String::from_utf8_lossy(&output.stderr).trim()
+            )))
+        }
+    }
+
+    /// Read off `dir /x` (GetShortPathNameW needs `unsafe`): the column
+    /// before the long name, when it is a short name.
+    pub(super) fn short_name(path: &Path) -> std::io::Result<Option<PathBuf>> {
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else { return Ok(None) };
+        let shown = parent.to_string_lossy();
+        let parent_plain = shown.strip_prefix(r"\\?\").unwrap_or(&shown);
+        let output = std::process::Command::new("cmd").arg("/c").arg("dir").arg("/x").arg(parent_plain).output()?;
+        let listing = String::from_utf8_lossy(&output.stdout);
+        let name = name.to_string_lossy();
+        let short = listing.lines().find_map(|line| {
+            let before = line.trim_end().strip_suffix(name.as_ref())?;
+            let short = before.split_whitespace().last()?;
+            (short.contains('~') && short != name).then(|| short.to_owned())
+        });
+        Ok(short.map(|short| parent.join(short)))
     }
 
     pub(super) fn fifo(_path: &Path) -> std::io::Result<()> {

@@ -284,6 +284,9 @@ fn walk(path: &Path) -> Walk {
             .filter(Metadata::is_dir)
             .map(|metadata| Anchor { path: dir.to_path_buf(), id: sys::identity(dir, &metadata).0 })
     };
+    // One spelling for every name of the same place (Windows: case, 8.3
+    // names, `\\?\`), so that `is_inside` compares like with like.
+    let real = sys::spelled(real);
     if !missing.is_empty() {
         let anchor = anchor_of(&real, last);
         let mut target = real;
@@ -697,3 +700,6 @@ mod portable_tests;
 #[cfg(test)]
 #[cfg(unix)]
 mod tests;
+#[cfg(test)]
+#[cfg(windows)]
+mod windows_tests;

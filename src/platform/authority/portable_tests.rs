@@ -7,10 +7,11 @@ use std::path::PathBuf;
 
 use super::*;
 
-/// A fresh folder, by its real name (`\\?\C:\...` on Windows).
+/// A fresh folder, by its real name as the authority spells it (on
+/// Windows `C:\...`, the on-disk case, long names).
 fn root() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
-    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let root = Target::of(&std::fs::canonicalize(dir.path()).unwrap()).real;
     (dir, root)
 }
 

@@ -1,6 +1,5 @@
 //! The path authority's tests, on Unix: links, FIFOs and devices are made
-//! with Unix calls. (Windows runs its own spellings in the next phase of
-//! issue 26, with `platform::testing` making links where the system can.)
+//! with Unix calls. (Windows runs its own spellings in `windows_tests.rs`.)
 
 use std::os::unix::fs::{PermissionsExt as _, symlink};
 

@@ -8,7 +8,7 @@ use std::fs::{File, Metadata};
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
-use std::path::{Component, Path};
+use std::path::{Component, Path, PathBuf};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 use rustix::io::Errno;
@@ -21,6 +21,12 @@ pub(super) struct Kept(u32);
 /// Gives `file` (a replacement's temporary file) what was kept.
 pub(super) fn keep(file: &File, kept: &Kept) -> std::io::Result<()> {
     file.set_permissions(std::fs::Permissions::from_mode(kept.0))
+}
+
+/// The spelling of an existing path with no link in it: on Unix the walk's
+/// own (every component is a real directory entry, so it is the only one).
+pub(super) fn spelled(path: PathBuf) -> PathBuf {
+    path
 }
 
 /// The identity of what `metadata` (of `_path`) describes, and its hard links.

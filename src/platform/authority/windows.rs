@@ -38,6 +38,22 @@ pub(super) fn keep(file: &File, kept: &Kept) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The one spelling of an existing path with no link in it: the volume's
+/// (`GetFinalPathNameByHandleW`, through `std::fs::canonicalize`): the drive
+/// letter in upper case, every component in its on-disk case, 8.3 short
+/// names expanded; then without `\\?\` where the plain form names the same
+/// (`dunce`'s rule: a drive path under 260 characters without reserved
+/// names; UNC paths stay `\\?\UNC\...`, the same for roots and targets).
+/// So `c:\PROJ\a`, `C:/proj/a` and `\\?\C:\proj\a` are one path, and the
+/// boundary compares paths without folding case itself (no false "inside"
+/// on a case-sensitive folder). As it was when it cannot be read.
+pub(super) fn spelled(path: PathBuf) -> PathBuf {
+    match std::fs::canonicalize(&path) {
+        Ok(real) => dunce::simplified(&real).to_path_buf(),
+        Err(_) => path,
+    }
+}
+
 /// The identity of what `path` names, and its hard links, read from a handle
 /// on it (std's metadata carries neither on stable Rust). If it cannot be
 /// read, an identity no anchor has (so a later touch finds it changed) and
