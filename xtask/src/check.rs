@@ -11,9 +11,10 @@
 //!   binary has no `NEEDED` entry and no interpreter (`readelf`); with an
 //!   empty environment it prints the `--version` line of this commit and
 //!   target; and the `dist` integration tests (one ACP turn with an empty
-//!   environment: initialize, session/new, a prompt that reads and writes)
-//!   pass against it. An aarch64 Linux binary is started under
-//!   `qemu-aarch64` for `--version` when that is installed.
+//!   environment: initialize, session/new, a prompt that reads, writes and
+//!   runs a command) pass against it. An aarch64 Linux binary is started
+//!   under `qemu-aarch64` for `--version` when that is installed; the
+//!   Windows mingw build under `wine` for both (`.ci/install-cross windows`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -136,7 +137,8 @@ fn check_binary(
 ) -> anyhow::Result<()> {
     let qemu =
         (!target.runs_here() && target.triple == "aarch64-unknown-linux-musl").then(|| which("qemu-aarch64")).flatten();
-    if !target.runs_here() && qemu.is_none() {
+    let wine = (!target.runs_here()).then(|| target.runner_here().and_then(which)).flatten();
+    if !target.runs_here() && qemu.is_none() && wine.is_none() {
         eprintln!("xtask check: {name}: not run (this host does not run {} binaries)", target.triple);
         return Ok(());
     }
@@ -151,26 +153,35 @@ fn check_binary(
         check_static(&binary)?;
         eprintln!("xtask check: {name}: static (readelf: no NEEDED, no interpreter)");
     }
-    let mut command = match &qemu {
-        Some(qemu) => {
-            let mut command = Command::new(qemu);
+    let mut command = match qemu.as_ref().or(wine.as_ref()) {
+        Some(runner) => {
+            let mut command = Command::new(runner);
             command.arg(&binary);
             command
         }
         None => Command::new(&binary),
     };
-    let output =
-        command.arg("--version").env_clear().output().with_context(|| format!("running {}", binary.display()))?;
+    command.env_clear();
+    if wine.is_some() {
+        // What wine itself needs; the Windows side gets wine's defaults.
+        command.envs(std::env::vars_os().filter(|(name, _)| {
+            let name = name.to_string_lossy();
+            name.starts_with("WINE") || name == "HOME" || name == "PATH"
+        }));
+    }
+    let output = command.arg("--version").output().with_context(|| format!("running {}", binary.display()))?;
     let line = String::from_utf8_lossy(&output.stdout).trim().to_owned();
     let expected = source.version_line(version, target.triple);
     ensure!(
         output.status.success() && line == expected,
         "{name}: `env -i lathe --version` said {line:?}, not {expected:?}"
     );
-    eprintln!(
-        "xtask check: {name}: env -i lathe --version: {line}{}",
-        if qemu.is_some() { " (under qemu)" } else { "" }
-    );
+    let under = match (&qemu, &wine) {
+        (Some(_), _) => " (under qemu)",
+        (None, Some(_)) => " (under wine)",
+        (None, None) => "",
+    };
+    eprintln!("xtask check: {name}: env -i lathe --version: {line}{under}");
     if no_turn || qemu.is_some() {
         return cleanup(&dir);
     }
@@ -181,10 +192,11 @@ fn check_binary(
         .current_dir(&project.root)
         .env("LATHE_DIST_BIN", &binary)
         .env("LATHE_DIST_TARGET", target.triple)
+        .env("LATHE_DIST_RUNNER", wine.as_deref().unwrap_or(Path::new("")))
         .status()
         .context("running cargo test")?;
     ensure!(status.success(), "{name}: the dist tests (an ACP turn with an empty environment) failed");
-    eprintln!("xtask check: {name}: one ACP turn (read, write) with an empty environment");
+    eprintln!("xtask check: {name}: one ACP turn (read, write, command) with an empty environment{under}");
     cleanup(&dir)
 }
 

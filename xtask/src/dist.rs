@@ -152,7 +152,18 @@ fn build(project: &Project, source: &Source, target: &Target) -> anyhow::Result<
             }
             command.arg("zigbuild");
         }
-        Builder::Native(_) | Builder::Mingw => {
+        Builder::Mingw => {
+            let gcc = Command::new("x86_64-w64-mingw32-gcc").arg("--version").output();
+            if !gcc.is_ok_and(|output| output.status.success()) {
+                bail!(
+                    "{} is built with mingw-w64 (x86_64-w64-mingw32-gcc), which is not on PATH: \
+                     eval \"$(.ci/install-cross windows)\" installs it",
+                    target.triple
+                );
+            }
+            command.arg("build");
+        }
+        Builder::Native(_) => {
             command.arg("build");
         }
     }
