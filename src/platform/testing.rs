@@ -6,8 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
+/// Says `skipped: <what>: <why>` on stderr; `false`, for `if !... { return }`.
 #[allow(clippy::print_stderr)]
-fn skipped(what: &str, why: &str) -> bool {
+pub fn skipped(what: &str, why: &str) -> bool {
     eprintln!("skipped: {what}: {why}");
     false
 }
@@ -21,6 +22,13 @@ pub fn symlink(original: impl AsRef<Path>, link: impl AsRef<Path>) -> bool {
         Ok(()) => skipped("a symbolic link", "the system reported one made, but there is none (wine)"),
         Err(err) => skipped("a symbolic link", &err.to_string()),
     }
+}
+
+/// Makes `link` a symbolic link to `original`, saying nothing when it
+/// cannot: for loops that race with other writers (call [`symlink`] once
+/// first to skip where the system makes none).
+pub fn try_symlink(original: impl AsRef<Path>, link: impl AsRef<Path>) -> std::io::Result<()> {
+    sys::symlink(original.as_ref(), link.as_ref())
 }
 
 /// Makes `link` a directory junction to `original` (Windows; a symbolic
@@ -73,10 +81,37 @@ pub fn mode(path: &Path) -> Option<u32> {
     sys::mode(path)
 }
 
+/// Whether files have Unix permission bits here (Windows has access lists).
+pub fn modes() -> bool {
+    sys::MODES || skipped("Unix permission bits", "Windows has none (SECURITY.md says what protects files there)")
+}
+
 /// Whether the system has device files at paths (`/dev/zero`,
 /// `/dev/urandom`, `/dev/null`): Unix does, Windows does not.
 pub fn devices() -> bool {
     sys::DEVICES || skipped("device files", "this system has none at paths")
+}
+
+/// Creates `dir/<before><a character that is not Unicode><after>` holding
+/// `content` (a Latin-1 byte on Unix, an unpaired surrogate on Windows) and
+/// returns its path, when the file system keeps such a name as it is.
+pub fn non_unicode_file(dir: &Path, before: &str, after: &str, content: &str) -> Option<PathBuf> {
+    let path = dir.join(sys::non_unicode_between(before, after));
+    let kept = std::fs::write(&path, content).is_ok()
+        && std::fs::read_dir(dir)
+            .map(|entries| entries.flatten().any(|entry| entry.file_name() == path.file_name().unwrap_or_default()))
+            .unwrap_or(false);
+    if kept {
+        Some(path)
+    } else {
+        skipped("a file name that is not Unicode", "the file system does not keep it as it is");
+        None
+    }
+}
+
+/// Kills the process `pid` at once (SIGKILL; `taskkill /F` on Windows).
+pub fn kill(pid: u32) -> std::io::Result<()> {
+    sys::kill(pid)
 }
 
 /// An absolute path whose name is not valid Unicode (a byte 0xFF on Unix, an
@@ -93,6 +128,7 @@ mod sys {
     use std::path::Path;
 
     pub(super) const DEVICES: bool = true;
+    pub(super) const MODES: bool = true;
 
     pub(super) fn symlink(original: &Path, link: &Path) -> std::io::Result<()> {
         std::os::unix::fs::symlink(original, link)
@@ -123,6 +159,16 @@ mod sys {
     pub(super) fn non_unicode_name() -> OsString {
         OsString::from_vec(b"\xff".to_vec())
     }
+
+    pub(super) fn non_unicode_between(before: &str, after: &str) -> OsString {
+        OsString::from_vec([before.as_bytes(), b"\xe9", after.as_bytes()].concat())
+    }
+
+    pub(super) fn kill(pid: u32) -> std::io::Result<()> {
+        let pid = i32::try_from(pid).map_err(std::io::Error::other)?;
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL)
+            .map_err(std::io::Error::from)
+    }
 }
 
 #[cfg(windows)]
@@ -132,6 +178,7 @@ mod sys {
     use std::path::{Path, PathBuf};
 
     pub(super) const DEVICES: bool = false;
+    pub(super) const MODES: bool = false;
 
     pub(super) fn symlink(original: &Path, link: &Path) -> std::io::Result<()> {
         let resolved = link.parent().map_or_else(|| original.to_path_buf(), |parent| parent.join(original));
@@ -188,5 +235,19 @@ mod sys {
 
     pub(super) fn non_unicode_name() -> OsString {
         OsString::from_wide(&[0xD800])
+    }
+
+    pub(super) fn non_unicode_between(before: &str, after: &str) -> OsString {
+        let wide: Vec<u16> = before.encode_utf16().chain([0xD800]).chain(after.encode_utf16()).collect();
+        OsString::from_wide(&wide)
+    }
+
+    pub(super) fn kill(pid: u32) -> std::io::Result<()> {
+        let output = std::process::Command::new("taskkill").args(["/F", "/PID", &pid.to_string()]).output()?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(std::io::Error::other(format!("taskkill failed: {}", String::from_utf8_lossy(&output.stderr).trim())))
+        }
     }
 }

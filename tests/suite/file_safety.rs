@@ -18,6 +18,7 @@ use crate::support::mock_openai::{
     MockOpenAi, Reply, Step, ev_finish, ev_role, ev_tool_call_args, ev_tool_call_start, ev_usage, text_reply,
     tool_call_reply, tool_result,
 };
+use crate::support::testing;
 use crate::support::write_config;
 
 async fn set_mode(agent: &mut Agent, session: &str, mode: &str) {
@@ -124,7 +125,7 @@ fn classify(path: &Path, old: &str, new: &str, round: usize) -> Found {
 fn kill_during_write(dir: PathBuf, name: String, pid: Option<u32>, delay: Duration) -> Duration {
     let deadline = Instant::now() + Duration::from_secs(60);
     // The atomic rename puts a new inode in place (mtimes can tie: coarse clock).
-    let inode = || std::fs::metadata(dir.join(&name)).map(|m| std::os::unix::fs::MetadataExt::ino(&m)).ok();
+    let inode = || lathe::platform::stamp::FileId::of_path(&dir.join(&name)).ok();
     let before = inode();
     while temporaries(&dir, &name).is_empty() {
         assert!(Instant::now() < deadline, "no write of {name} started");
@@ -144,8 +145,7 @@ fn kill_during_write(dir: PathBuf, name: String, pid: Option<u32>, delay: Durati
         return appeared.elapsed();
     };
     std::thread::sleep(delay);
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap());
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+    testing::kill(pid).unwrap();
     delay
 }
 
@@ -324,13 +324,14 @@ async fn a_change_the_user_made_since_the_model_read_is_not_overwritten() {
 /// goes on. A read that waited on the FIFO (no writer ever comes) or read
 /// `/dev/zero` to its end would never finish: the response wait's bound
 /// fails the test; under a frozen clock no timeout can cut such a wait short.
-#[cfg(unix)]
 #[tokio::test(start_paused = true)]
 async fn hostile_paths_fail_fast_and_the_turn_goes_on() {
     let _clock = FrozenClock::hold().await;
     let mut h = Harness::start().await;
     let fifo = h.project.join("pipe");
-    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    if !testing::fifo(&fifo) || !testing::devices() {
+        return;
+    }
     let session = h.session().await;
     set_mode(&mut h.agent, &session, "full-auto").await;
     h.mock.push(tool_call_reply(&[
@@ -371,10 +372,9 @@ async fn hostile_paths_fail_fast_and_the_turn_goes_on() {
 /// File names that are not UTF-8 do not break the search tools: each call
 /// answers the model, naming the odd file as best it can, the other files
 /// are still found, and the agent goes on serving.
-#[cfg(unix)]
 #[tokio::test]
 async fn file_names_that_are_not_utf8_do_not_break_the_search_tools() {
-    let (mut h, session, messages) = search_a_project_with_a_latin1_file_name().await;
+    let Some((mut h, session, messages)) = search_a_project_with_a_latin1_file_name().await else { return };
     let body = &h.mock.requests()[1].body;
     for call in ["call_ls", "call_glob", "call_grep"] {
         let result = tool_result(body, call);
@@ -394,23 +394,21 @@ async fn file_names_that_are_not_utf8_do_not_break_the_search_tools() {
 /// update names a file that is not UTF-8: a path JSON cannot carry must not
 /// make the whole update unencodable (it once did, for `grep`'s locations,
 /// and the editor showed the call running forever).
-#[cfg(unix)]
 #[tokio::test]
 async fn search_calls_over_non_utf8_names_are_reported_finished() {
-    let (_h, _session, messages) = search_a_project_with_a_latin1_file_name().await;
+    let Some((_h, _session, messages)) = search_a_project_with_a_latin1_file_name().await else { return };
     for call in ["call_ls", "call_glob", "call_grep"] {
         assert_eq!(final_status(&messages, call), "completed", "{call}");
     }
 }
 
-/// A project with `café.txt` spelled in Latin-1 (not UTF-8) and `plain.txt`,
-/// both containing "needle", after one turn listing, globbing and grepping it.
-#[cfg(unix)]
-async fn search_a_project_with_a_latin1_file_name() -> (Harness, String, Vec<Value>) {
-    use std::os::unix::ffi::OsStringExt;
+/// A project with `café.txt` spelled in Latin-1 (not UTF-8; on Windows with
+/// an unpaired surrogate for the é) and `plain.txt`, both containing
+/// "needle", after one turn listing, globbing and grepping it; `None` where
+/// the file system keeps no such name.
+async fn search_a_project_with_a_latin1_file_name() -> Option<(Harness, String, Vec<Value>)> {
     let mut h = Harness::start().await;
-    let odd = h.project.join(OsString::from_vec(b"caf\xe9.txt".to_vec()));
-    std::fs::write(&odd, "needle in latin-1 land\n").unwrap();
+    testing::non_unicode_file(&h.project, "caf", ".txt", "needle in latin-1 land\n")?;
     std::fs::write(h.project.join("plain.txt"), "needle at home\n").unwrap();
     let session = h.session().await;
     h.mock.push(tool_call_reply(&[
@@ -422,7 +420,7 @@ async fn search_a_project_with_a_latin1_file_name() -> (Harness, String, Vec<Val
     let id = prompt(&mut h.agent, &session, "find the needles").await;
     let (messages, response) = h.agent.response(id).await;
     assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
-    (h, session, messages)
+    Some((h, session, messages))
 }
 
 /// An approval is never spent on a call that cannot happen (issue 29): in

@@ -6,7 +6,6 @@
 //! is still reading, and requests for a session being loaded wait for it, in
 //! the order they came. (Issue 11 defects 4, 12, 14, 15; issue 12 item 1.)
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -15,6 +14,7 @@ use serde_json::{Value, json};
 use crate::support::acp_client::{Agent, DEFAULT_TIMEOUT, agent_text, answer_at, handshake, prompt};
 use crate::support::harness::Harness;
 use crate::support::mock_openai::{MockOpenAi, Reply, Step, ev_finish, ev_role, ev_text, ev_usage, text_reply};
+use crate::support::testing;
 use crate::support::write_config;
 
 async fn initialize(agent: &mut Agent, client_capabilities: Value) -> Value {
@@ -59,7 +59,7 @@ async fn open_fds_at_rest(pid: u32) -> usize {
 }
 
 fn mode(path: &Path) -> u32 {
-    std::fs::metadata(path).unwrap_or_else(|err| panic!("{}: {err}", path.display())).permissions().mode() & 0o777
+    testing::mode(path).unwrap_or_else(|| panic!("{}: no mode", path.display())) & 0o777
 }
 
 fn sessions_dir(h: &Harness) -> PathBuf {
@@ -68,12 +68,11 @@ fn sessions_dir(h: &Harness) -> PathBuf {
 
 /// Replaces the file at `path` with a FIFO and returns what the file held:
 /// whoever opens `path` for reading now waits until the test [`feed`]s it.
-fn make_fifo(path: &Path) -> Vec<u8> {
+/// `None` where the system has no FIFOs (the test then returns).
+fn make_fifo(path: &Path) -> Option<Vec<u8>> {
     let bytes = std::fs::read(path).unwrap_or_else(|err| panic!("{}: {err}", path.display()));
     std::fs::remove_file(path).unwrap();
-    let status = std::process::Command::new("mkfifo").arg(path).status().expect("run mkfifo");
-    assert!(status.success());
-    bytes
+    testing::fifo(path).then_some(bytes)
 }
 
 /// Writes `bytes` into the FIFO at `path` (waiting for its reader), then closes it.
@@ -97,6 +96,10 @@ async fn saved_session(h: &mut Harness) -> String {
 /// at most a small, fixed number of logs open between them.
 #[tokio::test]
 async fn session_log_handles_are_closed_with_their_sessions() {
+    if !Path::new("/proc/self/fd").is_dir() {
+        testing::skipped("counting a process's open files", "no /proc/<pid>/fd on this system");
+        return;
+    }
     // The binary: the test counts the process's own open files.
     let mut h = Harness::process("", &[]).await;
     initialize(&mut h.agent, json!({})).await;
@@ -135,6 +138,9 @@ async fn session_log_handles_are_closed_with_their_sessions() {
 /// Defect 14: the data directory was 0755 and the logs 0644.
 #[tokio::test]
 async fn session_files_are_private() {
+    if !testing::modes() {
+        return;
+    }
     let mut h = Harness::start().await;
     initialize(&mut h.agent, json!({})).await;
     let session = saved_session(&mut h).await;
@@ -157,7 +163,13 @@ async fn an_unwritable_data_dir_is_reported_and_load_is_not_advertised() {
         // The sessions directory exists but no one, root included, can create
         // anything in it (a read-only file system, in effect).
         let data = tempfile::tempdir().unwrap();
-        std::os::unix::fs::symlink("/proc/self/fdinfo", data.path().join("sessions")).unwrap();
+        if !Path::new("/proc/self/fdinfo").is_dir() {
+            testing::skipped("a folder no one can write to", "it is /proc/self/fdinfo, which this system lacks");
+            return;
+        }
+        if !testing::symlink("/proc/self/fdinfo", data.path().join("sessions")) {
+            return;
+        }
         let data_dir = data.path().to_str().unwrap();
         let mut h = Harness::with_config_and_env("", &[("LATHE_DATA_DIR", data_dir)]).await;
         let capabilities = if notices { json!({"session": {"notices": {}}}) } else { json!({}) };
@@ -206,6 +218,10 @@ async fn an_unwritable_data_dir_is_reported_and_load_is_not_advertised() {
 /// what fits later is saved and replayed.
 #[tokio::test]
 async fn a_full_disk_is_reported_once_and_the_torn_tail_repaired() {
+    if !cfg!(target_os = "linux") {
+        testing::skipped("a full disk", "played by prlimit's RLIMIT_FSIZE, which is Linux's");
+        return;
+    }
     let mock = MockOpenAi::start().await;
     let home = tempfile::tempdir().unwrap();
     let project = home.path().join("project");
@@ -279,7 +295,7 @@ async fn a_cancel_is_answered_while_a_load_or_a_list_reads_the_disk() {
 
     // session/load, stuck reading the saved session's metadata.
     let meta = sessions_dir(&h).join(&saved).join("meta.json");
-    let meta_bytes = make_fifo(&meta);
+    let Some(meta_bytes) = make_fifo(&meta) else { return };
     h.mock.push(Reply::Sse(vec![ev_role(), ev_text("thinking"), Step::Stall]));
     let turn = prompt(&mut h.agent, &busy, "take your time").await;
     let mut started = Vec::new();
@@ -300,7 +316,9 @@ async fn a_cancel_is_answered_while_a_load_or_a_list_reads_the_disk() {
     let stuck = sessions_dir(&h).join("sess_stuck");
     std::fs::create_dir(&stuck).unwrap();
     std::fs::write(stuck.join("meta.json"), b"{}").unwrap();
-    make_fifo(&stuck.join("meta.json"));
+    if make_fifo(&stuck.join("meta.json")).is_none() {
+        return;
+    }
     h.mock.push(Reply::Sse(vec![ev_role(), ev_text("thinking"), Step::Stall]));
     let turn = prompt(&mut h.agent, &busy, "again").await;
     let mut started = Vec::new();
@@ -334,7 +352,7 @@ async fn requests_for_a_session_being_loaded_wait_for_it_in_order() {
     let load_params = json!({"sessionId": saved, "cwd": h.project, "mcpServers": []});
 
     // load, prompt, set_mode: the prompt runs on the loaded history, and the mode sticks.
-    let meta_bytes = make_fifo(&meta);
+    let Some(meta_bytes) = make_fifo(&meta) else { return };
     h.mock.push(text_reply("it was 42"));
     let load = h.agent.request("session/load", load_params.clone()).await;
     let asked = prompt(&mut h.agent, &saved, "what number?").await;
@@ -363,7 +381,7 @@ async fn requests_for_a_session_being_loaded_wait_for_it_in_order() {
     // started its model request in the moment between the two, as any prompt
     // followed by a cancel may: then it stalls there until cancelled.)
     h.mock.push(Reply::Sse(vec![ev_role(), Step::Stall]));
-    let meta_bytes = make_fifo(&meta);
+    let Some(meta_bytes) = make_fifo(&meta) else { return };
     let load = h.agent.request("session/load", load_params.clone()).await;
     let asked = prompt(&mut h.agent, &saved, "never mind").await;
     h.agent.notify("session/cancel", json!({"sessionId": saved})).await;
@@ -376,7 +394,7 @@ async fn requests_for_a_session_being_loaded_wait_for_it_in_order() {
 
     // load, prompt, $/cancel_request for that prompt: the same.
     h.mock.push(Reply::Sse(vec![ev_role(), Step::Stall]));
-    let meta_bytes = make_fifo(&meta);
+    let Some(meta_bytes) = make_fifo(&meta) else { return };
     let load = h.agent.request("session/load", load_params.clone()).await;
     let asked = prompt(&mut h.agent, &saved, "never mind either").await;
     h.agent.notify("$/cancel_request", json!({"requestId": asked})).await;
@@ -387,7 +405,7 @@ async fn requests_for_a_session_being_loaded_wait_for_it_in_order() {
     close(&mut h.agent, &saved).await;
 
     // load, close, prompt: the load answers, then the close, and the session is gone.
-    let meta_bytes = make_fifo(&meta);
+    let Some(meta_bytes) = make_fifo(&meta) else { return };
     let load = h.agent.request("session/load", load_params).await;
     let closed = h.agent.request("session/close", json!({"sessionId": saved})).await;
     let asked = prompt(&mut h.agent, &saved, "still there?").await;
@@ -421,7 +439,7 @@ async fn a_load_streams_its_replay_as_it_reads_the_log() {
     let busy = new_session(&mut h.agent, &h.project).await;
 
     let log = sessions_dir(&h).join(&saved).join("log.jsonl");
-    let bytes = make_fifo(&log);
+    let Some(bytes) = make_fifo(&log) else { return };
     let text = String::from_utf8(bytes.clone()).unwrap();
     let second = text.find("second question").expect("the second question is in the log");
     let split = second + text[second..].find('\n').expect("a whole line") + 1;

@@ -15,6 +15,7 @@ use crate::support::acp_client::{Agent, final_status, handshake, prompt};
 use crate::support::editor::{FakeEditor, Permission};
 use crate::support::harness::Harness;
 use crate::support::mock_openai::{text_reply, tool_call_reply, tool_result};
+use crate::support::testing;
 
 /// The client capabilities of an editor that serves `fs/*` itself.
 fn editor_fs() -> Value {
@@ -32,10 +33,6 @@ fn outside(h: &Harness) -> PathBuf {
     let dir = h.home.path().join("outside");
     std::fs::create_dir_all(&dir).unwrap();
     dir.canonicalize().unwrap()
-}
-
-fn mkfifo(path: &Path) {
-    assert!(std::process::Command::new("mkfifo").arg(path).status().unwrap().success());
 }
 
 /// Everything below `dir`, recursively, with file contents.
@@ -77,7 +74,9 @@ async fn a_dangling_link_out_of_the_project_is_not_written_unasked() {
     let mut h = Harness::start().await;
     let outside = outside(&h);
     let landing = outside.join("newdir/x");
-    std::os::unix::fs::symlink(&landing, h.project.join("notes.md")).unwrap();
+    if !testing::symlink(&landing, h.project.join("notes.md")) {
+        return;
+    }
     let session = h.session().await;
     set_mode(&mut h.agent, &session, "accept-edits").await;
     h.mock.push(tool_call_reply(&[("call_w", "write_file", json!({"path": "notes.md", "content": "pwned\n"}))]));
@@ -100,8 +99,12 @@ async fn the_question_names_the_real_target_and_an_allowed_write_lands_there() {
     let outside = outside(&h);
     std::fs::write(outside.join("secret.txt"), "s3cret\n").unwrap();
     let landing = outside.join("newdir/x");
-    std::os::unix::fs::symlink(&landing, h.project.join("notes.md")).unwrap();
-    std::os::unix::fs::symlink(outside.join("secret.txt"), h.project.join("readme.md")).unwrap();
+    if !testing::symlink(&landing, h.project.join("notes.md")) {
+        return;
+    }
+    if !testing::symlink(outside.join("secret.txt"), h.project.join("readme.md")) {
+        return;
+    }
     let session = h.session().await;
     h.mock.push(tool_call_reply(&[
         ("call_r", "read_file", json!({"path": "readme.md"})),
@@ -133,7 +136,9 @@ async fn a_dangling_link_is_judged_the_same_when_the_editor_writes() {
     let mut h = Harness::start().await;
     let outside = outside(&h);
     let landing = outside.join("newdir/x");
-    std::os::unix::fs::symlink(&landing, h.project.join("notes.md")).unwrap();
+    if !testing::symlink(&landing, h.project.join("notes.md")) {
+        return;
+    }
     let session = h.session_with(editor_fs()).await;
     set_mode(&mut h.agent, &session, "accept-edits").await;
     h.mock.push(tool_call_reply(&[("call_w", "write_file", json!({"path": "notes.md", "content": "pwned\n"}))]));
@@ -197,8 +202,12 @@ async fn instruction_files_linking_out_of_the_project_stay_out_of_the_prompt() {
     let cwd = h.project.join("sub");
     std::fs::create_dir_all(&cwd).unwrap();
     // Above the cwd, in the repository root; and in the cwd.
-    std::os::unix::fs::symlink("/proc/self/environ", h.project.join("AGENTS.md")).unwrap();
-    std::os::unix::fs::symlink(outside.join("secret.md"), cwd.join("AGENTS.md")).unwrap();
+    if !testing::symlink("/proc/self/environ", h.project.join("AGENTS.md")) {
+        return;
+    }
+    if !testing::symlink(outside.join("secret.md"), cwd.join("AGENTS.md")) {
+        return;
+    }
     let user_dir = h.home.path().join(".config/lathe");
     std::fs::create_dir_all(&user_dir).unwrap();
     std::fs::write(user_dir.join("AGENTS.md"), "user-level rules\n").unwrap();
@@ -234,9 +243,15 @@ async fn hostile_command_files_are_skipped_without_wedging_the_agent() {
     let commands = h.project.join(".lathe/commands");
     std::fs::create_dir_all(&commands).unwrap();
     std::fs::write(commands.join("review.md"), "Review the diff.\n").unwrap();
-    mkfifo(&commands.join("pipe.md"));
-    std::os::unix::fs::symlink("/dev/zero", commands.join("zero.md")).unwrap();
-    std::os::unix::fs::symlink(outside.join("secret.md"), commands.join("secret.md")).unwrap();
+    if !testing::fifo(&commands.join("pipe.md")) {
+        return;
+    }
+    if !testing::symlink("/dev/zero", commands.join("zero.md")) {
+        return;
+    }
+    if !testing::symlink(outside.join("secret.md"), commands.join("secret.md")) {
+        return;
+    }
     std::fs::write(commands.join("huge.md"), "x".repeat(1024 * 1024)).unwrap();
 
     let id = h.agent.request("initialize", json!({"protocolVersion": 1, "clientCapabilities": {}})).await;
@@ -301,7 +316,9 @@ async fn command_descriptions_are_shown_escaped() {
 async fn grep_on_a_fifo_fails_at_once() {
     let mut h = Harness::start().await;
     h.agent.set_timeout(Duration::from_secs(20));
-    mkfifo(&h.project.join("pipe"));
+    if !testing::fifo(&h.project.join("pipe")) {
+        return;
+    }
     let session = h.session().await;
     h.mock.push(tool_call_reply(&[("call_g", "grep", json!({"pattern": "x", "path": "pipe"}))]));
     h.mock.push(text_reply("done"));
@@ -324,6 +341,10 @@ async fn flipping_names_during_writes_never_writes_outside() {
     let mut h = Harness::start().await;
     h.agent.set_timeout(Duration::from_secs(120));
     let outside = outside(&h);
+    if !testing::symlink(outside.join("x"), h.project.join("probe")) {
+        return;
+    }
+    std::fs::remove_file(h.project.join("probe")).unwrap();
     std::fs::create_dir_all(outside.join("dir")).unwrap();
     std::fs::create_dir_all(h.project.join("sub")).unwrap();
     let session = h.session().await;
@@ -337,9 +358,9 @@ async fn flipping_names_during_writes_never_writes_outside() {
             let mut flips = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 let _ = std::fs::remove_file(&file);
-                let _ = std::os::unix::fs::symlink(outside.join("x"), &file);
+                let _ = testing::try_symlink(outside.join("x"), &file);
                 let _ = std::fs::rename(&dir, &parked);
-                let _ = std::os::unix::fs::symlink(outside.join("dir"), &dir);
+                let _ = testing::try_symlink(outside.join("dir"), &dir);
                 std::thread::yield_now();
                 let _ = std::fs::remove_file(&file);
                 let _ = std::fs::remove_file(&dir);

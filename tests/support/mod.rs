@@ -20,6 +20,10 @@ pub mod logs;
 pub mod mcp_server;
 pub mod mock_openai;
 pub mod sse;
+/// Links, FIFOs, modes, junctions where the system makes them, else
+/// `skipped: <why>` (the lib's `platform::testing`, one copy for both).
+#[path = "../../src/platform/testing.rs"]
+pub mod testing;
 pub mod web;
 
 pub use agent_env::write_config;
