@@ -29,9 +29,19 @@ pub fn data_dir(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
     Some(sys::data_home(env)?.join("lathe"))
 }
 
+/// The user's home folder, for `~`: `$HOME` on Unix (as the shell has it),
+/// the profile folder on Windows (`FOLDERID_Profile`, `C:\Users\<name>`).
+pub fn home() -> Option<PathBuf> {
+    sys::home()
+}
+
 #[cfg(unix)]
 mod sys {
     use std::path::{Path, PathBuf};
+
+    pub(super) fn home() -> Option<PathBuf> {
+        std::env::var_os("HOME").map(PathBuf::from)
+    }
 
     /// An XDG base directory: `$<variable>`, else `$HOME/<fallback>`; `None`
     /// when neither is set (empty counts as unset).
@@ -54,6 +64,10 @@ mod sys {
 #[cfg(windows)]
 mod sys {
     use std::path::PathBuf;
+
+    pub(super) fn home() -> Option<PathBuf> {
+        dirs::home_dir()
+    }
 
     pub(super) fn config_home(_env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
         dirs::config_dir()

@@ -26,6 +26,21 @@ pub fn normalize(path: &Path) -> PathBuf {
     out
 }
 
+/// The path a user or model named, made absolute: `~/` (and `~\` where `\`
+/// separates, on Windows) against the home folder, an absolute path as
+/// given (`C:\x`, `\\?\C:\x`, `\\server\share\x`, `/x` on Unix), anything
+/// else against `cwd`. Not normalised: `..` is the authority's to apply
+/// after links.
+pub fn expand(cwd: &Path, asked: &str) -> PathBuf {
+    let home_relative = asked.strip_prefix('~').filter(|rest| rest.starts_with(std::path::is_separator));
+    if let Some(rest) = home_relative
+        && let Some(home) = super::folders::home()
+    {
+        return home.join(rest.trim_start_matches(std::path::is_separator));
+    }
+    if Path::new(asked).is_absolute() { PathBuf::from(asked) } else { cwd.join(asked) }
+}
+
 /// The path as the user would write it: relative to `cwd` when inside it.
 pub fn display(path: &Path, cwd: &Path) -> String {
     match path.strip_prefix(cwd) {
@@ -47,6 +62,20 @@ mod tests {
         let top = root.ancestors().last().unwrap();
         assert_eq!(normalize(&top.join("..").join("x")), top.join("x"), "`..` at the root stays there");
         assert_eq!(normalize(Path::new("../x/./y")), PathBuf::from("../x/y"));
+    }
+
+    #[test]
+    fn expanded_against_home_or_cwd() {
+        let cwd = std::env::temp_dir().join("p");
+        assert_eq!(expand(&cwd, "src/a.rs"), cwd.join("src/a.rs"));
+        let elsewhere = std::env::temp_dir().join("q");
+        assert_eq!(expand(&cwd, elsewhere.to_str().unwrap()), elsewhere);
+        if let Some(home) = crate::platform::folders::home() {
+            assert_eq!(expand(&cwd, "~/notes.md"), home.join("notes.md"));
+            let backslash = if cfg!(windows) { home.join("notes.md") } else { cwd.join("~\\notes.md") };
+            assert_eq!(expand(&cwd, "~\\notes.md"), backslash, "`~\\` only where `\\` separates");
+        }
+        assert_eq!(expand(&cwd, "~notes"), cwd.join("~notes"), "a name that starts with ~");
     }
 
     #[test]

@@ -14,16 +14,7 @@ pub use crate::platform::paths::{display, normalize};
 /// relative ones against `cwd`, `~/` against the home directory; `.` and `..`
 /// resolved lexically (for showing; [`Target::resolve`] applies `..` after links).
 pub fn resolve(cwd: &Path, path: &str) -> PathBuf {
-    let expanded = match path.strip_prefix("~/") {
-        Some(rest) => std::env::var_os("HOME").map(|home| PathBuf::from(home).join(rest)),
-        None => None,
-    };
-    let joined = match expanded {
-        Some(path) => path,
-        None if Path::new(path).is_absolute() => PathBuf::from(path),
-        None => cwd.join(path),
-    };
-    normalize(&joined)
+    normalize(&crate::platform::paths::expand(cwd, path))
 }
 
 /// Where `path` (absolute) really leads: every symlink followed, dangling

@@ -354,16 +354,9 @@ impl Target {
     }
 
     /// Judges a path the model named: absolute as given, `~/` against the
-    /// home directory, relative against `cwd`.
+    /// home folder, relative against `cwd` ([`paths::expand`](super::paths::expand)).
     pub fn resolve(cwd: &Path, asked: &str) -> Target {
-        let home =
-            asked.strip_prefix("~/").and_then(|rest| std::env::var_os("HOME").map(|home| Path::new(&home).join(rest)));
-        let joined = match home {
-            Some(path) => path,
-            None if Path::new(asked).is_absolute() => PathBuf::from(asked),
-            None => cwd.join(asked),
-        };
-        Target::of(&joined)
+        Target::of(&super::paths::expand(cwd, asked))
     }
 
     /// The same target, to be written in place (by the editor) rather than
