@@ -152,6 +152,9 @@ impl Turn<'_> {
         let offered = self.offered(false);
         let tools: Vec<ToolDefinition> =
             offered.iter().filter(|definition| agent.allows(definition.name())).cloned().collect();
+        // The parent's MCP tools the agent may use, through the session's
+        // connections (the parent settled them before its first request).
+        let external = self.external.map(|inner| ChildTools { inner, agent, seen: Mutex::default() });
         let cancel = self.cancel.child_token();
         let events = ChildEvents { parent: self.events, call_id: call.id.clone(), agent: Arc::clone(&name) };
         let approver =
@@ -175,7 +178,7 @@ impl Turn<'_> {
             cancel: &cancel,
             workspace: Workspace { approver: &approver, ..self.workspace.share() },
             tools: &tools,
-            external: None,
+            external: external.as_ref().map(|tools| tools as &dyn ExternalTools),
             context: self.context,
             steers: None,
             agents: self.agents,
@@ -257,6 +260,57 @@ fn last_answer(conversation: &Conversation) -> String {
 /// A child tool call's id in the session: scoped by the task call's.
 pub fn scoped_id(task_call_id: &str, id: &str) -> String {
     format!("{task_call_id}.{id}")
+}
+
+/// The parent's external (MCP) tools as a sub-agent has them: those its
+/// agent allows, nothing more (an MCP tool is named `server__tool`, as in an
+/// agent file's `tools`). Calls run through the parent session's
+/// connections; the child's turn judges them by the session's policy, as
+/// the parent's would be.
+#[derive(Debug)]
+struct ChildTools<'a> {
+    inner: &'a dyn ExternalTools,
+    agent: &'a AgentSpec,
+    /// The parent's list last seen, and what the agent gets of it: the same
+    /// `Arc` (and bytes) for every request until the parent's list changes.
+    seen: Mutex<Option<Filtered>>,
+}
+
+/// A tool list and the part of it a sub-agent gets.
+type Filtered = (Arc<[ToolDefinition]>, Arc<[ToolDefinition]>);
+
+impl ExternalTools for ChildTools<'_> {
+    fn settle<'b>(&'b self, cancel: &'b CancellationToken) -> BoxFuture<'b, Vec<String>> {
+        // The parent's turn settled them already: a server still starting
+        // gets another bounded chance.
+        self.inner.settle(cancel)
+    }
+
+    fn definitions(&self) -> Arc<[ToolDefinition]> {
+        let all = self.inner.definitions();
+        let mut seen = lock(&self.seen);
+        match &*seen {
+            Some((parent, mine)) if Arc::ptr_eq(parent, &all) => Arc::clone(mine),
+            _ => {
+                let mine: Arc<[ToolDefinition]> =
+                    all.iter().filter(|definition| self.agent.allows(definition.name())).cloned().collect();
+                *seen = Some((all, Arc::clone(&mine)));
+                mine
+            }
+        }
+    }
+
+    fn pending(&self, name: &str) -> Option<(String, ToolKind)> {
+        self.agent.allows(name).then(|| self.inner.pending(name)).flatten()
+    }
+
+    fn prepare(&self, name: &str, arguments: &str) -> Option<Result<ExternalCall, String>> {
+        self.agent.allows(name).then(|| self.inner.prepare(name, arguments)).flatten()
+    }
+
+    fn run<'b>(&'b self, call: ExternalCall, ctx: &'b ToolContext<'b>) -> BoxFuture<'b, ToolOutcome> {
+        self.inner.run(call, ctx)
+    }
 }
 
 /// A sub-agent's events, on their way to the parent's sink.

@@ -271,6 +271,55 @@ async fn permission_answers_for_mcp_tools_are_remembered_per_tool() {
     assert!(!read_log(&log).iter().any(|l| l == "call:crash"), "a rejected call never reaches the server");
 }
 
+/// A sub-agent whose file lists an MCP tool (`server__tool`) gets it and
+/// calls it through the session's own connection, asked about as the
+/// session's calls are (the question naming the agent); a tool of that
+/// server it does not list is no tool of its.
+#[tokio::test]
+async fn a_sub_agent_calls_the_mcp_tools_it_lists_through_the_sessions_server() {
+    let mut h = Harness::start().await;
+    let agents = h.project.join(".lathe/agents");
+    std::fs::create_dir_all(&agents).unwrap();
+    std::fs::write(
+        agents.join("echoer.md"),
+        "---\nname: echoer\ndescription: Echoes\ntools: read_file, fixture__echo\n---\nYou echo.\n",
+    )
+    .unwrap();
+    let log = h.home.path().join("fixture.log");
+    let session = session_with(&mut h.agent, &h.project, json!([stdio_server("fixture", &[], &log)])).await;
+    h.mock.push(tool_call_reply(&[(
+        "call_t",
+        "task",
+        json!({"description": "echo", "prompt": "Echo hi.", "agent": "echoer"}),
+    )]));
+    h.mock.push(tool_call_reply(&[
+        ("call_e", "fixture__echo", json!({"text": "hi"})),
+        ("call_n", "fixture__note", json!({"text": "sneaky"})),
+    ]));
+    h.mock.push(text_reply("It said: echo: hi"));
+    h.mock.push(text_reply("done"));
+    let mut editor = FakeEditor::answering(&[Permission::Select("allow_once")]);
+    let (messages, response) = run(&mut h, &session, &mut editor).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+
+    let requests = h.mock.chat_requests();
+    assert!(tool_names(&requests[0].body).iter().any(|n| n == "fixture__note"), "the parent has every tool");
+    assert_eq!(tool_names(&requests[1].body), ["read_file", "fixture__echo"], "the child has what it lists");
+    assert_eq!(tool(&requests[1].body, "fixture__echo"), tool(&requests[0].body, "fixture__echo"));
+    let asked = editor.requests_for("session/request_permission");
+    assert_eq!(asked.len(), 1, "{:?}", editor.methods());
+    let question = &asked[0]["params"]["toolCall"];
+    assert_eq!(question["toolCallId"], "call_t.call_e");
+    assert_eq!(question["title"], "echoer agent: Echo (fixture): text=\"hi\"");
+    assert_eq!(tool_result(&requests[2].body, "call_e"), "echo: hi");
+    let refused = tool_result(&requests[2].body, "call_n");
+    assert!(refused.starts_with("There is no tool named \"fixture__note\""), "{refused}");
+    assert_eq!(final_status(&messages, "call_t.call_e"), "completed");
+    assert_eq!(final_status(&messages, "call_t.call_n"), "failed");
+    assert_eq!(tool_result(&requests[3].body, "call_t"), "It said: echo: hi");
+    assert_eq!(read_log(&log).iter().filter(|l| l.starts_with("call:")).collect::<Vec<_>>(), ["call:echo"]);
+}
+
 /// `isError` results are failures the model reads; structured content and
 /// images come through.
 #[tokio::test]
