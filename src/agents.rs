@@ -5,7 +5,8 @@
 //! A sub-agent runs a turn of its own (see `agent::task`); this module only
 //! describes agents. Which of an agent's tools it really gets is decided by
 //! the turn: never more than the parent offers, never `task` (depth 1),
-//! never a question to the user.
+//! never a question to the user. Every agent's system prompt carries the
+//! session's project instructions (AGENTS.md), as the parent's does.
 //!
 //! Agents are also defined in Markdown, in the project's `.lathe/agents/`
 //! (and the `[agent] extra_agent_dirs`, e.g. `.claude/agents`) and in
@@ -37,6 +38,7 @@ use std::sync::Arc;
 use crate::front_matter;
 use crate::model::ModelClient;
 use crate::platform::authority::{self, Area};
+use crate::prompt::Instructions;
 use crate::tools::Tool;
 
 /// Largest agent file read; a system prompt has no use for more.
@@ -105,6 +107,9 @@ pub struct Agents {
     agents: Vec<AgentSpec>,
     /// Agent name -> the client of the model it names.
     clients: Vec<(String, Arc<ModelClient>)>,
+    /// The session's project instructions (AGENTS.md...), which every
+    /// agent's system prompt carries as the parent's does.
+    instructions: Arc<[Instructions]>,
 }
 
 impl Default for Agents {
@@ -116,7 +121,7 @@ impl Default for Agents {
 impl Agents {
     /// Only the built-in agents.
     pub fn builtin() -> Agents {
-        Agents { agents: vec![AgentSpec::explore()], clients: Vec::new() }
+        Agents { agents: vec![AgentSpec::explore()], clients: Vec::new(), instructions: Arc::from([]) }
     }
 
     /// Whether these are only the built-in agents (the `task` tool's
@@ -129,6 +134,16 @@ impl Agents {
     pub fn set_client(&mut self, name: &str, client: Arc<ModelClient>) {
         self.clients.retain(|(known, _)| known != name);
         self.clients.push((name.to_owned(), client));
+    }
+
+    /// Gives every agent the session's project instructions.
+    pub fn set_instructions(&mut self, instructions: &[Instructions]) {
+        self.instructions = Arc::from(instructions);
+    }
+
+    /// The session's project instructions, for an agent's system prompt.
+    pub fn instructions(&self) -> &[Instructions] {
+        &self.instructions
     }
 
     /// The model agent `name` runs on, when it names one of its own.
@@ -146,7 +161,7 @@ impl Agents {
             }
         }
         agents.sort_by(|a, b| a.name.cmp(&b.name));
-        Agents { agents, clients: Vec::new() }
+        Agents { agents, clients: Vec::new(), instructions: Arc::from([]) }
     }
 
     /// The agent named `name`.

@@ -133,10 +133,16 @@ pub fn system_prompt_with(
 const SUBAGENT: &str = include_str!("../prompts/subagent.md");
 
 /// The system prompt of a sub-agent: what a sub-agent is, its agent's
-/// prompt, and the environment (no project instructions: the job says what
-/// matters).
-pub fn subagent_prompt(agent_prompt: &str, environment: &Environment<'_>) -> SystemPrompt {
-    let rest = after_instructions(environment, None, &[]);
+/// prompt, the environment and the session's project instructions (the
+/// files the parent's prompt has, as the parent read them: a sub-agent
+/// works in the same project by the same rules, as Claude Code's get
+/// CLAUDE.md and codex's get AGENTS.md).
+pub fn subagent_prompt(
+    agent_prompt: &str,
+    environment: &Environment<'_>,
+    instructions: &[Instructions],
+) -> SystemPrompt {
+    let rest = after_instructions(environment, None, instructions);
     let text = format!("{}\n\n{}{rest}", SUBAGENT.trim_end(), agent_prompt.trim());
     SystemPrompt::from(text.as_str())
 }

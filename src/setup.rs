@@ -213,7 +213,9 @@ pub fn open_session(
     };
     let session = Arc::new(Session::new(Arc::clone(&id), setup, conversation, choices, mode, root));
     session.steers().restore(waiting);
-    session.set_agents(session_agents(config, files.agents.clone()));
+    let mut agents = session_agents(config, files.agents.clone());
+    agents.set_instructions(instructions);
+    session.set_agents(agents);
     session.set_skills(skills);
     // Checkpoints live in the session's folder, so they go with it; a
     // session that is not saved keeps none.

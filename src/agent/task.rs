@@ -163,7 +163,11 @@ impl Turn<'_> {
         // The sandbox sentence is the parent's system prompt's; a sub-agent's
         // refused command still carries the sandbox's own note.
         let environment = Environment { cwd: self.workspace.cwd, os: std::env::consts::OS, date: &date, sandbox: None };
-        let mut conversation = Conversation::new(subagent_prompt(&agent.prompt, &environment), Vec::new(), None);
+        let mut conversation = Conversation::new(
+            subagent_prompt(&agent.prompt, &environment, self.agents.instructions()),
+            Vec::new(),
+            None,
+        );
         let started = SubagentChange::Started { description: description.trim().to_owned(), job: job.clone() };
         self.events.emit(AgentEvent::Subagent(SubagentEvent {
             call_id: call.id.clone(),

@@ -214,3 +214,23 @@ async fn a_project_agent_runs_with_its_prompt_and_tools_and_asks_in_its_session(
     assert!(asked[0]["params"]["toolCall"]["title"].as_str().unwrap().starts_with("scribe agent: "));
     assert_eq!(std::fs::read_to_string(h.project.join("note.txt")).unwrap(), "noted\n");
 }
+
+/// A sub-agent works by the project's rules: its system prompt carries the
+/// session's AGENTS.md, as the parent's does (Claude Code's sub-agents get
+/// CLAUDE.md, codex's AGENTS.md).
+#[tokio::test]
+async fn a_sub_agent_gets_the_projects_instructions() {
+    let mut h = Harness::start().await;
+    std::fs::write(h.project.join("AGENTS.md"), "Project rule: the tests run with `make check`.\n").unwrap();
+    let session = h.session().await;
+
+    task_turn(&mut h, &session).await;
+
+    let requests = h.mock.chat_requests();
+    let system = |i: usize| requests[i].body["messages"][0]["content"].as_str().unwrap().to_owned();
+    assert!(system(0).contains("Project rule: the tests run with `make check`."), "{}", system(0));
+    let child = system(1);
+    assert!(child.starts_with("You are a sub-agent of lathe"), "{child}");
+    assert!(child.contains("Project rule: the tests run with `make check`."), "{child}");
+    assert_eq!(requests[1].body["messages"][1]["content"], "Read notes.txt and report the secret.");
+}
