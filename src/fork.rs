@@ -194,7 +194,12 @@ mod tests {
     }
 
     fn answer(id: &str, text: &str, calls: &[&str]) -> Vec<Record> {
-        let chunk = Record::Chunk(Chunk { kind: ChunkKind::Agent, message_id: Some(Arc::from(id)), text: text.into() });
+        let chunk = Record::Chunk(Chunk {
+            kind: ChunkKind::Agent,
+            message_id: Some(Arc::from(id)),
+            text: text.into(),
+            session: None,
+        });
         let message = Record::Message(Message::Assistant {
             text: text.into(),
             reasoning: String::new(),

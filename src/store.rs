@@ -21,6 +21,8 @@
 //! Streamed chunks are held by the writer until their message ends (the next
 //! record of that session) or for at most [`CHUNK_FLUSH`], then written as
 //! one record: a kill loses at most that much of an answer being streamed.
+//! The streams of sub-agents running at once are held side by side, one
+//! message each, so they are merged too.
 //! Reads (load, list) block, and are for callers off the async threads.
 //!
 //! Honest about what it keeps: everything is private to the user (0700
@@ -121,6 +123,9 @@ pub struct Chunk {
     pub message_id: Option<Arc<str>>,
     /// The text.
     pub text: String,
+    /// The sub-agent's session it was sent in (`<session>.<task call id>`);
+    /// `None`: the log's own session.
+    pub session: Option<Arc<str>>,
 }
 
 /// Why a store operation failed.
@@ -711,8 +716,11 @@ const INDEX_SAVE: Duration = Duration::from_secs(2);
 #[derive(Default)]
 struct JournalSlot {
     state: journal::WriterState,
-    /// Streamed text not written yet, and when its first chunk came.
-    pending: Option<(Chunk, Instant)>,
+    /// Streamed text not written yet, and when its first chunk came: at
+    /// most one message per session the log holds (its own and each
+    /// sub-agent's, whose streams interleave when they run at once), in
+    /// the order they began.
+    pending: Vec<(Chunk, Instant)>,
 }
 
 /// The writer thread's state.
@@ -753,10 +761,44 @@ impl Batches {
 }
 
 impl JournalSlot {
-    /// Writes the held chunk, if any, into `out`.
+    /// Writes the held chunks, if any, into `out`.
     fn flush(&mut self, out: &mut Vec<u8>) {
-        if let Some((chunk, _)) = self.pending.take() {
+        for (chunk, _) in std::mem::take(&mut self.pending) {
             self.state.chunk(out, &chunk);
+        }
+    }
+
+    /// Holds a chunk: merged with the held text of its message, else in
+    /// place of its session's held message, which is returned, to be
+    /// written now.
+    fn hold(&mut self, chunk: Chunk) -> Option<Chunk> {
+        let Some(at) = self.pending.iter().position(|(held, _)| held.session == chunk.session) else {
+            self.pending.push((chunk, Instant::now()));
+            return None;
+        };
+        let held = &mut self.pending[at].0;
+        if held.kind == chunk.kind && held.message_id == chunk.message_id {
+            held.text.push_str(&chunk.text);
+            return None;
+        }
+        let (done, _) = self.pending.remove(at);
+        self.pending.push((chunk, Instant::now()));
+        Some(done)
+    }
+
+    /// Whether a held chunk began at least [`CHUNK_FLUSH`] before `now`.
+    fn due(&self, now: Instant) -> bool {
+        self.pending.iter().any(|(_, since)| now.saturating_duration_since(*since) >= CHUNK_FLUSH)
+    }
+
+    /// Writes the held chunks begun at least [`CHUNK_FLUSH`] before `now`.
+    fn flush_due(&mut self, out: &mut Vec<u8>, now: Instant) {
+        for (chunk, since) in std::mem::take(&mut self.pending) {
+            if now.saturating_duration_since(since) >= CHUNK_FLUSH {
+                self.state.chunk(out, &chunk);
+            } else {
+                self.pending.push((chunk, since));
+            }
         }
     }
 }
@@ -788,9 +830,8 @@ impl<D: Disk> Writer<D> {
             }
             let now = Instant::now();
             for (dir, slot) in &mut self.journals {
-                if slot.pending.as_ref().is_some_and(|(_, since)| now.saturating_duration_since(*since) >= CHUNK_FLUSH)
-                {
-                    slot.flush(batches.of(dir));
+                if slot.due(now) {
+                    slot.flush_due(batches.of(dir), now);
                 }
             }
             for (dir, bytes) in std::mem::take(&mut batches.0) {
@@ -823,15 +864,8 @@ impl<D: Disk> Writer<D> {
             WriterCommand::Chunk { dir, chunk } => {
                 let slot = self.journals.entry(dir.clone()).or_default();
                 slot.state.recent.add(&chunk);
-                match &mut slot.pending {
-                    Some((held, _)) if held.kind == chunk.kind && held.message_id == chunk.message_id => {
-                        held.text.push_str(&chunk.text);
-                    }
-                    _ => {
-                        let out = batches.of(&dir);
-                        slot.flush(out);
-                        slot.pending = Some((chunk, Instant::now()));
-                    }
+                if let Some(done) = slot.hold(chunk) {
+                    slot.state.chunk(batches.of(&dir), &done);
                 }
             }
             WriterCommand::Transcript { dir, record } => {
@@ -899,7 +933,7 @@ impl<D: Disk> Writer<D> {
 
     /// When the oldest held chunk is due.
     fn next_chunk_flush(&self) -> Option<Instant> {
-        self.journals.values().filter_map(|slot| slot.pending.as_ref().map(|(_, since)| *since + CHUNK_FLUSH)).min()
+        self.journals.values().flat_map(|slot| slot.pending.iter().map(|(_, since)| *since + CHUNK_FLUSH)).min()
     }
 
     /// Metadata was written: the index learns it.
@@ -1372,7 +1406,7 @@ mod tests {
     }
 
     fn chunk(kind: ChunkKind, id: Option<&str>, text: &str) -> Record {
-        Record::Chunk(Chunk { kind, message_id: id.map(Arc::from), text: text.to_owned() })
+        Record::Chunk(Chunk { kind, message_id: id.map(Arc::from), text: text.to_owned(), session: None })
     }
 
     fn answer(text: &str, reasoning: &str) -> Message {
@@ -1436,6 +1470,53 @@ mod tests {
                 Record::Message(answer(&answer_text, &"hm ".repeat(1000))),
             ]
         );
+    }
+
+    /// Issue 27: sub-agents streaming at once (their chunks interleaved)
+    /// are merged too, one record per message of each, written before the
+    /// next other record; the answer after them still refers to its own
+    /// streamed text, which theirs never stand for.
+    #[tokio::test]
+    async fn interleaved_subagent_streams_are_merged_per_session() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), Retention::default(), ignore()).unwrap();
+        store.create(&meta("sess_s")).await.unwrap();
+        let of = |session: &str, id: &str, text: &str| {
+            Record::Chunk(Chunk {
+                kind: ChunkKind::Agent,
+                message_id: Some(Arc::from(id)),
+                text: text.to_owned(),
+                session: Some(Arc::from(session)),
+            })
+        };
+        let mut texts = [String::new(), String::new(), String::new(), String::new()];
+        for n in 0..500 {
+            for (k, text) in texts.iter_mut().enumerate() {
+                let piece = format!("t{n} ");
+                text.push_str(&piece);
+                store.append("sess_s", &of(&format!("sess_s.call_{k}"), "msg_c", &piece));
+            }
+        }
+        let tool = r#"{"jsonrpc":"2.0","method":"session/update","params":{"update":{"sessionUpdate":"tool_call"}}}"#;
+        store.append("sess_s", &Record::Update(tool.to_owned()));
+        store.append("sess_s", &of("sess_s.call_0", "msg_d", "after"));
+        store.append("sess_s", &chunk(ChunkKind::Agent, Some("msg_p"), "t0 "));
+        store.append("sess_s", &Record::Message(answer("t0 ", "")));
+        store.written().wait().await;
+
+        let text = log_text(dir.path(), "sess_s");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 9, "version, 4 merged streams, tool call, a 5th, the answer and its message:\n{text}");
+        assert!(lines[1].starts_with(r#"{"lathe":"subagent_chunk","session":"sess_s.call_0","kind":"agent""#));
+        assert!(text.contains(r#""text_of":"msg_p""#), "{text}");
+        let loaded = store.load("sess_s").unwrap();
+        let mut expected: Vec<Record> =
+            texts.iter().enumerate().map(|(k, text)| of(&format!("sess_s.call_{k}"), "msg_c", text)).collect();
+        expected.push(Record::Update(tool.to_owned()));
+        expected.push(of("sess_s.call_0", "msg_d", "after"));
+        expected.push(chunk(ChunkKind::Agent, Some("msg_p"), "t0 "));
+        expected.push(Record::Message(answer("t0 ", "")));
+        assert_eq!(loaded.records, expected);
     }
 
     /// A message streamed for longer than the flush interval is written in

@@ -7,6 +7,8 @@
 //! `crate::present::text`'s. Both are re-exported here for this module's
 //! neighbours.
 
+use std::sync::Arc;
+
 use agent_client_protocol_schema::v1::{SessionId, SessionNotification, SessionUpdate};
 
 use crate::agent::{AgentEvent, EventSink};
@@ -18,6 +20,7 @@ pub use crate::present::record::{
 pub use crate::present::text::{Lines, shown};
 use crate::rpc::{Outbox, encode_notification};
 use crate::session::Journal;
+use crate::store::Chunk;
 
 /// Sends one session's agent events as `session/update` notifications, and
 /// records each in the session's journal so that `session/load` can replay
@@ -83,16 +86,22 @@ impl SessionEvents {
     }
 
     /// Sends (and records, in this session's journal) an update of a
-    /// sub-agent's session; its text chunks are recorded as sent, so that
-    /// they are replayed under that session's id.
+    /// sub-agent's session; its text chunks are merged as the session's own
+    /// are, and replayed under that session's id.
     pub fn send_as(&self, session: SessionId, update: SessionUpdate) {
+        let chunk = self.journal.as_ref().and_then(|_| streamed_text(&update));
         let notification = SessionNotification::new(session, update);
         let line = match encode_notification("session/update", &notification) {
             Ok(line) => line,
             Err(err) => return tracing::error!(%err, "cannot encode a session update"),
         };
         if let Some(journal) = &self.journal {
-            journal.record_update_line(line.clone());
+            match chunk {
+                Some(chunk) => {
+                    journal.record_chunk(Chunk { session: Some(Arc::clone(&notification.session_id.0)), ..chunk })
+                }
+                None => journal.record_update_line(line.clone()),
+            }
         }
         self.outbox.send_encoded(line);
     }

@@ -59,7 +59,12 @@ pub(crate) fn streamed_text(update: &SessionUpdate) -> Option<Chunk> {
     if chunk.meta.is_some() || text.meta.is_some() || text.annotations.is_some() {
         return None;
     }
-    Some(Chunk { kind, message_id: chunk.message_id.as_ref().map(|id| Arc::clone(&id.0)), text: text.text.clone() })
+    Some(Chunk {
+        kind,
+        message_id: chunk.message_id.as_ref().map(|id| Arc::clone(&id.0)),
+        text: text.text.clone(),
+        session: None,
+    })
 }
 
 /// Which of the newer, capability-gated session updates a client said it

@@ -176,6 +176,7 @@ impl<'a> Replayer<'a> {
                 self.messages.truncate(keep);
                 self.streamed.clear();
             }
+            Record::Chunk(chunk) if chunk.session.is_some() => self.subagent_chunk(chunk),
             Record::Chunk(chunk) => {
                 if chunk.kind == ChunkKind::Agent {
                     self.streamed.push_str(&chunk.text);
@@ -297,6 +298,26 @@ impl<'a> Replayer<'a> {
         }
     }
 
+    /// A sub-agent's streamed text, under its own session's id, to a client
+    /// that shows subagent sessions (to another it was never sent).
+    fn subagent_chunk(&mut self, chunk: crate::store::Chunk) {
+        let (Some(session), true) = (chunk.session, self.offers.subagents) else { return };
+        let mut content = ContentChunk::new(ContentBlock::from(chunk.text));
+        if let Some(id) = chunk.message_id {
+            content = content.message_id(MessageId::new(id));
+        }
+        let update = match chunk.kind {
+            ChunkKind::Agent => SessionUpdate::AgentMessageChunk(content),
+            ChunkKind::Thought => SessionUpdate::AgentThoughtChunk(content),
+            ChunkKind::User => SessionUpdate::UserMessageChunk(content),
+        };
+        let notification = SessionNotification::new(SessionId::new(session), update);
+        match encode_notification("session/update", &notification) {
+            Ok(line) => self.emit_after_held(line),
+            Err(err) => tracing::error!(%err, "cannot encode a replayed chunk"),
+        }
+    }
+
     fn emit_after_held(&mut self, line: Vec<u8>) {
         self.flush_held();
         if let Some(send) = &mut self.send {
@@ -392,7 +413,7 @@ mod tests {
     }
 
     fn merged(kind: ChunkKind, id: Option<&str>, text: &str) -> Record {
-        Record::Chunk(Chunk { kind, message_id: id.map(Arc::from), text: text.to_owned() })
+        Record::Chunk(Chunk { kind, message_id: id.map(Arc::from), text: text.to_owned(), session: None })
     }
 
     fn replay(records: Vec<Record>) -> (Vec<Vec<u8>>, Vec<Message>) {

@@ -11,6 +11,9 @@
 //! - `{"lathe":"chunk","kind":"agent"|"thought"|"user","id":…,"text":…}`:
 //!   the text of consecutive streamed chunks of one message, merged (format
 //!   2); `{"lathe":"more","text":…}` continues the chunk line just before it;
+//! - `{"lathe":"subagent_chunk","session":…,"kind":…,"id":…,"text":…}`: the
+//!   same for the streamed text of a sub-agent's session (`<session>.<task
+//!   call id>`), never continued (an older lathe skips it with a warning);
 //! - `{"lathe":"message","message":{…}}`: a message appended to the model
 //!   transcript. In format 2 an assistant message whose text (or reasoning)
 //!   is exactly the text of the chunk lines just written for message `id`
@@ -55,6 +58,13 @@ enum LineOut<'a> {
     More {
         text: &'a str,
     },
+    SubagentChunk {
+        session: &'a str,
+        kind: ChunkKind,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        id: Option<&'a str>,
+        text: &'a str,
+    },
     Message {
         message: &'a Message,
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -86,6 +96,8 @@ struct LineIn<'a> {
     kind: Option<ChunkKind>,
     #[serde(borrow, default)]
     id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    session: Option<Cow<'a, str>>,
     #[serde(default)]
     text: Option<String>,
     #[serde(default)]
@@ -124,8 +136,11 @@ pub struct Recent {
 }
 
 impl Recent {
-    /// Adds a chunk's text.
+    /// Adds a chunk's text (a sub-agent's is no message of the transcript).
     pub fn add(&mut self, chunk: &Chunk) {
+        if chunk.session.is_some() {
+            return;
+        }
         let slot = match chunk.kind {
             ChunkKind::Agent => &mut self.agent,
             ChunkKind::Thought => &mut self.thought,
@@ -172,6 +187,12 @@ impl WriterState {
     /// Writes a merged chunk (as a continuation when the line before it is
     /// a chunk line of the same message).
     pub fn chunk(&mut self, out: &mut Vec<u8>, chunk: &Chunk) {
+        if let Some(session) = &chunk.session {
+            let (kind, id, text) = (chunk.kind, chunk.message_id.as_deref(), chunk.text.as_str());
+            line(out, &LineOut::SubagentChunk { session, kind, id, text });
+            self.continues = None;
+            return;
+        }
         let key = (chunk.kind, chunk.message_id.clone());
         if self.continues.as_ref() == Some(&key) {
             line(out, &LineOut::More { text: &chunk.text });
@@ -284,8 +305,21 @@ pub fn read(path: &Path, reader: impl BufRead, visit: &mut dyn FnMut(Record)) {
             }
             continue;
         }
-        let LineIn { lathe, version, kind, id, text, message, messages, keep, pending, text_of, reasoning_of, .. } =
-            parsed;
+        let LineIn {
+            lathe,
+            version,
+            kind,
+            id,
+            session,
+            text,
+            message,
+            messages,
+            keep,
+            pending,
+            text_of,
+            reasoning_of,
+            ..
+        } = parsed;
         match (lathe.as_deref(), kind, text) {
             (Some("journal"), ..) => {
                 if version.is_some_and(|v| v > VERSION) && !newer_seen {
@@ -293,15 +327,20 @@ pub fn read(path: &Path, reader: impl BufRead, visit: &mut dyn FnMut(Record)) {
                     tracing::warn!(path = %path.display(), ?version, "a session log from a newer lathe: reading what this one knows");
                 }
             }
+            (Some("subagent_chunk"), Some(kind), Some(text)) if session.is_some() => {
+                continues = None;
+                let session = session.map(|session| Arc::from(&*session));
+                visit(Record::Chunk(Chunk { kind, message_id: id.map(|id| Arc::from(&*id)), text, session }));
+            }
             (Some("chunk"), Some(kind), Some(text)) => {
-                let chunk = Chunk { kind, message_id: id.map(|id| Arc::from(&*id)), text };
+                let chunk = Chunk { kind, message_id: id.map(|id| Arc::from(&*id)), text, session: None };
                 recent.add(&chunk);
                 continues = Some((chunk.kind, chunk.message_id.clone()));
                 visit(Record::Chunk(chunk));
             }
             (Some("more"), _, Some(text)) => match &continues {
                 Some((kind, message_id)) => {
-                    let chunk = Chunk { kind: *kind, message_id: message_id.clone(), text };
+                    let chunk = Chunk { kind: *kind, message_id: message_id.clone(), text, session: None };
                     recent.add(&chunk);
                     visit(Record::Chunk(chunk));
                 }

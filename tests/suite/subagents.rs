@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::support::acp_client::{initialize, prompt, seen, updates_for, updates_of_kind};
 use crate::support::harness::Harness;
-use crate::support::mock_openai::{text_reply, tool_call_reply, tool_result};
+use crate::support::mock_openai::{content_reply, text_reply, tool_call_reply, tool_result};
 
 /// One turn whose model hands a job to the explore agent, which reads
 /// `notes.txt` and reports. Returns the messages the client saw.
@@ -233,4 +233,64 @@ async fn a_sub_agent_gets_the_projects_instructions() {
     assert!(child.starts_with("You are a sub-agent of lathe"), "{child}");
     assert!(child.contains("Project rule: the tests run with `make check`."), "{child}");
     assert_eq!(requests[1].body["messages"][1]["content"], "Read notes.txt and report the secret.");
+}
+
+/// The text of the `agent_message_chunk`s of session `session` among `messages`.
+fn streamed_in(messages: &[Value], session: &str) -> String {
+    messages
+        .iter()
+        .filter(|m| session_of(m) == session && m["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
+        .filter_map(|m| m["params"]["update"]["content"]["text"].as_str())
+        .collect()
+}
+
+/// Two sub-agents streaming at once are journaled as the session's own
+/// answers are: each message's chunks merged into one record (not a line
+/// per chunk), and `session/load` replays all of their text in their
+/// sessions.
+#[tokio::test]
+async fn sub_agents_streams_are_journaled_merged_and_replayed() {
+    let mut h = Harness::start().await;
+    let session = h.session_with(json!({"subagents": {}})).await;
+    h.mock.push(tool_call_reply(&[
+        ("call_a", "task", json!({"description": "one", "prompt": "Stream."})),
+        ("call_b", "task", json!({"description": "two", "prompt": "Stream too."})),
+    ]));
+    let pieces = |tag: char| (0..200).map(|n| format!("{tag}{n} ")).collect::<Vec<_>>();
+    let (a, b) = (pieces('a'), pieces('b'));
+    h.mock.push(content_reply(&a.iter().map(String::as_str).collect::<Vec<_>>()));
+    h.mock.push(content_reply(&b.iter().map(String::as_str).collect::<Vec<_>>()));
+    h.mock.push(text_reply("Both done."));
+    let id = prompt(&mut h.agent, &session, "stream twice").await;
+    let (live, response) = h.agent.response(id).await;
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    let children = [format!("{session}.call_a"), format!("{session}.call_b")];
+    let texts: Vec<String> = children.iter().map(|child| streamed_in(&live, child)).collect();
+    let mut sorted = texts.clone();
+    sorted.sort();
+    assert_eq!(sorted, [a.concat(), b.concat()], "each child streamed one of the answers");
+    let chunks = live.iter().filter(|m| children.iter().any(|c| session_of(m) == c.as_str())).count();
+    assert!(chunks > 200, "the children streamed in many chunks ({chunks})");
+    let id = h.agent.request("session/close", json!({"sessionId": session})).await;
+    h.agent.response(id).await;
+
+    let log =
+        std::fs::read_to_string(h.home.path().join(".local/share/lathe/sessions").join(&session).join("log.jsonl"))
+            .unwrap();
+    let child_lines: Vec<&str> =
+        log.lines().filter(|l| children.iter().any(|c| l.contains(&format!("\"{c}\"")))).collect();
+    assert!(child_lines.len() < 20, "{} log lines for the children's {chunks} updates", child_lines.len());
+    assert!(!child_lines.iter().any(|l| l.contains("agent_message_chunk")), "no chunk logged as sent");
+    let streamed: Vec<&&str> = child_lines.iter().filter(|l| l.starts_with(r#"{"lathe":"subagent_chunk","#)).collect();
+    for last in ["a199 ", "b199 "] {
+        assert_eq!(streamed.iter().filter(|l| l.contains(last)).count(), 1, "one record: {streamed:#?}");
+    }
+
+    let replay = reload(&mut h, &session, json!({"subagents": {}})).await;
+    let replayed: Vec<String> = children.iter().map(|child| streamed_in(&replay, child)).collect();
+    assert_eq!(replayed, texts);
+    assert_eq!(streamed_in(&replay, &session), "Both done.");
+    let replay = reload(&mut h, &session, json!({})).await;
+    assert!(replay.iter().all(|m| m.get("method").is_none() || session_of(m) == session), "{replay:#?}");
+    assert_eq!(streamed_in(&replay, &session), "Both done.");
 }
