@@ -33,6 +33,17 @@ pub struct Reply {
     /// Answers only a request whose body contains this text (the prompt of
     /// one of several sessions streaming at once); `None`: the next request.
     pub key: Option<String>,
+    /// Tool calls (id, name, JSON arguments) to answer with, in one response
+    /// ending with `finish_reason: "tool_calls"`, instead of the deltas.
+    pub calls: Vec<(String, String, String)>,
+}
+
+impl Reply {
+    /// `deltas` text deltas with `gap` after each, for the request whose
+    /// body contains `key` (any request with `None`).
+    pub fn stream(deltas: usize, gap: Option<Duration>, key: Option<String>) -> Reply {
+        Reply { deltas, gap, sent: None, key, calls: Vec::new() }
+    }
 }
 
 struct Shared {
@@ -195,6 +206,23 @@ fn stream_reply(socket: &TcpStream, reply: Reply) -> std::io::Result<()> {
 transfer-encoding: chunked\r\n\r\n"
         .to_vec();
     event_chunk(&mut head, r#"{"role":"assistant","content":""}"#, "null");
+    if !reply.calls.is_empty() {
+        for (index, (id, name, arguments)) in reply.calls.iter().enumerate() {
+            let call = serde_json::json!([{
+                "index": index, "id": id, "type": "function",
+                "function": {"name": name, "arguments": arguments},
+            }]);
+            event_chunk(&mut head, &serde_json::json!({ "tool_calls": call }).to_string(), "null");
+        }
+        event_chunk(&mut head, "{}", "\"tool_calls\"");
+        raw_chunk(&mut head, b"data: [DONE]\n\n");
+        head.extend_from_slice(b"0\r\n\r\n");
+        if let Some(report) = reply.sent {
+            let _ = report.send(Vec::new());
+        }
+        let mut socket = socket;
+        return socket.write_all(&head);
+    }
     let mut sent = Vec::with_capacity(reply.deltas);
     let mut frame = Vec::with_capacity(256);
     let result = (|| {

@@ -24,6 +24,8 @@ pub mod procfs;
 pub mod scale;
 #[path = "stamped.rs"]
 pub mod stamped;
+#[path = "subagents.rs"]
+pub mod subagents;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -42,7 +44,7 @@ use firehose::{Firehose, Reply};
 use stamped::{StampedAgent, chunk_sequence_numbers};
 
 /// Every section, in the order they run.
-pub const SECTIONS: [&str; 13] = [
+pub const SECTIONS: [&str; 14] = [
     "startup",
     "relay",
     "throughput",
@@ -56,6 +58,7 @@ pub const SECTIONS: [&str; 13] = [
     "many",
     "churn",
     "hooks",
+    "subagents",
 ];
 
 /// What to run and how much of it.
@@ -118,6 +121,20 @@ pub struct Options {
     pub churn_sessions: usize,
     /// Tool calls timed with a no-op `PreToolUse` hook, and as many without.
     pub hook_calls: usize,
+    /// Sub-agents streaming at once.
+    pub subagent_count: usize,
+    /// Deltas each sub-agent streams.
+    pub subagent_deltas: usize,
+    /// Pause after each of those deltas.
+    pub subagent_gap: Duration,
+    /// Rounds of one sub-agent, then `subagent_count`, streaming.
+    pub subagent_rounds: usize,
+    /// Agent processes for the sub-agents' memory figure.
+    pub subagent_memory_runs: usize,
+    /// Rounds of that figure per process.
+    pub subagent_memory_rounds: usize,
+    /// Chunks every sub-agent has streamed when RSS is read.
+    pub subagent_memory_chunks: usize,
 }
 
 /// Patterns for grep and rg: a literal with a few hundred matches, a regex
@@ -165,6 +182,13 @@ impl Options {
             many_gap: Duration::from_millis(5),
             churn_sessions: 10_000,
             hook_calls: 200,
+            subagent_count: 4,
+            subagent_deltas: 2000,
+            subagent_gap: Duration::from_millis(1),
+            subagent_rounds: 3,
+            subagent_memory_runs: 3,
+            subagent_memory_rounds: 3,
+            subagent_memory_chunks: 500,
         }
     }
 
@@ -194,6 +218,11 @@ impl Options {
             many_deltas: 40,
             churn_sessions: 20,
             hook_calls: 3,
+            subagent_deltas: 40,
+            subagent_rounds: 1,
+            subagent_memory_runs: 1,
+            subagent_memory_rounds: 1,
+            subagent_memory_chunks: 20,
             ..Options::full(bin)
         }
     }
@@ -488,6 +517,7 @@ pub fn run_all(opts: &Options, progress: &mut dyn FnMut(&str)) -> Report {
             "list" => scale::list(opts, &mut report),
             "many" => scale::many(opts, &mut report),
             "churn" => scale::churn(opts, &mut report),
+            "subagents" => subagents::subagents(opts, &mut report),
             "search" => runtime.block_on(search(opts, &mut report)),
             "hooks" => runtime.block_on(hooks(opts, &mut report)),
             "tokens" => {
@@ -562,7 +592,7 @@ fn firehose_turn(
     gap: Option<Duration>,
 ) -> TurnTimes {
     let (sender, sent) = mpsc::channel();
-    fire.push(Reply { deltas, gap, sent: Some(sender), key: None });
+    fire.push(Reply { sent: Some(sender), ..Reply::stream(deltas, gap, None) });
     let (id, _) = agent.prompt(session, "stream");
     let mut arrivals = vec![None; deltas];
     let mut seqs = Vec::new();

@@ -16,7 +16,7 @@ use super::stamped::{StampedAgent, chunk_sequence_numbers};
 use super::{Figure, Home, Options, Report, Rng, Stat, firehose_turn, mib, ms, procfs, us};
 use crate::support::mock_openai::{MockOpenAi, text_reply, tool_call_reply};
 
-fn sessions_dir(home: &Path) -> PathBuf {
+pub fn sessions_dir(home: &Path) -> PathBuf {
     home.join(".local/share/lathe/sessions")
 }
 
@@ -26,19 +26,19 @@ fn file_len(path: &Path) -> u64 {
 
 /// Whether `line` is the response to request `id` (not a notification that
 /// happens to contain the same text).
-fn is_response(line: &str, id: i64) -> bool {
+pub fn is_response(line: &str, id: i64) -> bool {
     !line.starts_with(r#"{"jsonrpc":"2.0","method""#)
         && (line.contains(&format!(r#""id":{id},"#)) || line.ends_with(&format!(r#""id":{id}}}"#)))
 }
 
 /// The `sessionId` a line is about, without parsing it.
-fn session_of(line: &str) -> Option<&str> {
+pub fn session_of(line: &str) -> Option<&str> {
     let start = line.find(r#""sessionId":""#)? + 13;
     let rest = &line[start..];
     Some(&rest[..rest.find('"')?])
 }
 
-fn close(agent: &mut StampedAgent, session: &str) {
+pub fn close(agent: &mut StampedAgent, session: &str) {
     let (id, _) = agent.request("session/close", json!({"sessionId": session}));
     agent.response(id, Duration::from_secs(30), |_, _| {});
 }
@@ -371,7 +371,7 @@ fn streaming_at_once(
     for (n, session) in ids.iter().enumerate() {
         let (sender, receiver) = mpsc::channel();
         let key = format!("stream-{n}-now");
-        fire.push(Reply { deltas, gap: Some(gap), sent: Some(sender), key: Some(key.clone()) });
+        fire.push(Reply { sent: Some(sender), ..Reply::stream(deltas, Some(gap), Some(key.clone())) });
         let (id, _) = agent.prompt(session, &key);
         prompts.insert(id, session.clone());
         sent_times.insert(session.clone(), receiver);
@@ -393,7 +393,7 @@ fn streaming_at_once(
         {
             let key = format!("cancel-{cycle}-now");
             cycle += 1;
-            fire.push(Reply { deltas: 100_000, gap: Some(gap), sent: None, key: Some(key.clone()) });
+            fire.push(Reply::stream(100_000, Some(gap), Some(key.clone())));
             let (id, _) = agent.prompt(canceller, &key);
             current = Some((id, None, None));
         }

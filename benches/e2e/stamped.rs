@@ -179,9 +179,15 @@ impl StampedAgent {
 
     /// `initialize` with no client capabilities; returns the response's arrival.
     pub fn initialize(&mut self) -> Instant {
+        self.initialize_with(&json!({}))
+    }
+
+    /// `initialize` with these client capabilities; returns the response's arrival.
+    pub fn initialize_with(&mut self, capabilities: &Value) -> Instant {
         let (id, _) = self.request(
             "initialize",
-            json!({"protocolVersion": 1, "clientCapabilities": {}, "clientInfo": {"name": "lathe-bench", "version": "0"}}),
+            json!({"protocolVersion": 1, "clientCapabilities": capabilities,
+                   "clientInfo": {"name": "lathe-bench", "version": "0"}}),
         );
         self.response(id, Duration::from_secs(10), |_, _| {}).0
     }
