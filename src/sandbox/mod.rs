@@ -146,6 +146,21 @@ pub struct SandboxPolicy {
     network: bool,
     without: Vec<SandboxPart>,
     keeper: Option<String>,
+    tcp_rules: bool,
+}
+
+/// How much of the network a policy takes away, as this machine enforces it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetworkCut {
+    /// The network is on.
+    On,
+    /// No socket but a Unix one (the seccomp filter): no TCP, UDP, DNS.
+    Off,
+    /// TCP only (Landlock's rules; no seccomp filter here): UDP, DNS and
+    /// other sockets still work.
+    TcpOnly,
+    /// Nothing: neither the filter nor Landlock's TCP rules are here.
+    Nothing,
 }
 
 impl SandboxPolicy {
@@ -160,6 +175,30 @@ impl SandboxPolicy {
             network,
             without: Vec::new(),
             keeper: None,
+            tcp_rules: true,
+        }
+    }
+
+    /// The same, saying whether Landlock refuses TCP on this machine (ABI 4
+    /// or later; assumed until said otherwise). Only what the policy tells
+    /// the model depends on it: the trampoline asks Landlock for TCP rules
+    /// whatever this says.
+    #[must_use]
+    pub fn with_tcp_rules(mut self, tcp_rules: bool) -> SandboxPolicy {
+        self.tcp_rules = tcp_rules;
+        self
+    }
+
+    /// How much of the network this policy takes away, as enforced here.
+    pub fn network_cut(&self) -> NetworkCut {
+        if self.network {
+            NetworkCut::On
+        } else if self.applies(SandboxPart::Seccomp) {
+            NetworkCut::Off
+        } else if self.tcp_rules {
+            NetworkCut::TcpOnly
+        } else {
+            NetworkCut::Nothing
         }
     }
 
@@ -291,10 +330,14 @@ impl SandboxPolicy {
         if !self.deny_read.is_empty() {
             secrets.push("the paths the user denied");
         }
-        let network = if self.network {
-            "the network is on".to_owned()
-        } else {
-            "there is no network (no TCP, UDP or DNS: downloads and package installs fail)".to_owned()
+        let network = match self.network_cut() {
+            NetworkCut::On => "the network is on",
+            NetworkCut::Off => "there is no network (no TCP, UDP or DNS: downloads and package installs fail)",
+            NetworkCut::TcpOnly => {
+                "TCP connections and listeners are refused (downloads fail); UDP, DNS included, is not (no \
+                 seccomp filter here)"
+            }
+            NetworkCut::Nothing => "the network could not be turned off on this machine",
         };
         let mut text = format!(
             "it may write only in {} (and /dev/null, /dev/shm); it cannot read {}",
@@ -676,6 +719,7 @@ impl SessionSandbox {
     /// sandboxed). Probes the machine once per process.
     pub fn new(settings: &SandboxSettings, roots: &[PathBuf], trampoline: Option<&Path>) -> SessionSandbox {
         let forced = settings.forced_off();
+        let mut tcp_rules = false;
         let status = if settings.mode == SandboxMode::Off {
             Status::unavailable("`[sandbox] mode = \"off\"`")
         } else if let Some(trampoline) = trampoline {
@@ -683,11 +727,13 @@ impl SessionSandbox {
                 "{SANDBOX_UNAVAILABLE_ENV}={} is set",
                 settings.force_unavailable.as_deref().unwrap_or_default()
             );
-            probe(trampoline).forcing_off(&forced, &why).status(settings.network)
+            let findings = probe(trampoline).forcing_off(&forced, &why);
+            tcp_rules = findings.landlock.as_ref().is_ok_and(|abi| *abi >= 4);
+            findings.status(settings.network)
         } else {
             Status::unavailable("lathe's own executable is unknown, and the sandbox is applied by it")
         };
-        let policy = SandboxPolicy::for_session(roots, settings, &status.missing);
+        let policy = SandboxPolicy::for_session(roots, settings, &status.missing).with_tcp_rules(tcp_rules);
         let denials = policy.read_denials();
         SessionSandbox { mode: settings.mode, policy, status, denials }
     }
@@ -735,8 +781,10 @@ impl SessionSandbox {
     pub fn describe_for_model(&self) -> Option<String> {
         let policy = self.policy().ok()?;
         let mut kept = Vec::new();
-        if !policy.network {
-            kept.push("network");
+        match policy.network_cut() {
+            NetworkCut::Off => kept.push("network"),
+            NetworkCut::TcpOnly => kept.push("TCP"),
+            NetworkCut::On | NetworkCut::Nothing => {}
         }
         kept.push("credentials");
         if policy.applies(SandboxPart::Namespaces) {
@@ -1021,6 +1069,48 @@ mod tests {
         assert!(described.contains("`/p`") && described.contains("no network"), "{described}");
         assert!(described.contains("`~/.ssh`"), "{described}");
         assert!(!described.contains(".git/hooks"), "the mounts are left out: {described}");
+    }
+
+    /// The model is told what is cut of the network on this machine, not
+    /// more: everything but Unix sockets with the filter, TCP alone
+    /// without it (Landlock's rules), nothing without either.
+    #[test]
+    fn the_network_cut_is_described_as_enforced() {
+        let offline = SandboxPolicy::new(vec![PathBuf::from("/p")], false);
+        let session = |policy: SandboxPolicy| SessionSandbox {
+            mode: SandboxMode::Auto,
+            policy,
+            status: Status { enforcement: Enforcement::Full, detail: String::new(), missing: Vec::new() },
+            denials: ReadDenials::default(),
+        };
+        let table = [
+            (offline.clone(), NetworkCut::Off, "no network (no TCP, UDP or DNS", "no network, credentials or git hooks."),
+            (
+                offline.clone().without(&[SandboxPart::Seccomp]),
+                NetworkCut::TcpOnly,
+                "TCP connections and listeners are refused",
+                "no TCP, credentials or git hooks.",
+            ),
+            (
+                offline.clone().without(&[SandboxPart::Seccomp]).with_tcp_rules(false),
+                NetworkCut::Nothing,
+                "the network could not be turned off",
+                "no credentials or git hooks.",
+            ),
+            (
+                SandboxPolicy::new(vec![PathBuf::from("/p")], true),
+                NetworkCut::On,
+                "the network is on",
+                "no credentials or git hooks.",
+            ),
+        ];
+        for (policy, cut, described, told) in table {
+            assert_eq!(policy.network_cut(), cut);
+            let text = policy.describe();
+            assert!(text.contains(described), "{cut:?}: {text}");
+            assert_eq!(cut == NetworkCut::Off, text.contains("no network"), "{cut:?}: {text}");
+            assert_eq!(session(policy).describe_for_model(), Some(format!("Shell sandbox: {told}")), "{cut:?}");
+        }
     }
 
     #[test]
