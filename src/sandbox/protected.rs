@@ -7,8 +7,9 @@
 //! names, the common directory that one's `commondir` names, every
 //! submodule's under `modules/`, every linked worktree's under
 //! `worktrees/`) its `hooks/`, `config`, `config.worktree`, `info/` and
-//! `commondir`; the folder `core.hooksPath` names, when it is set to one in
-//! the root; and lathe's own `.lathe/`. The rest of `.git` (objects, refs,
+//! `commondir`; the files their config includes (`[include]`,
+//! `[includeIf]`, nested too); every folder `core.hooksPath` names in any
+//! of these, when it is set to one in the root; and lathe's own `.lathe/`. The rest of `.git` (objects, refs,
 //! the index, logs) stays writable, so `git add` and `git commit` work in
 //! the sandbox.
 //!
@@ -142,16 +143,101 @@ fn git_dirs(root: &Path) -> GitDirs {
     found
 }
 
-/// The folder `core.hooksPath` names in a git config, if it is set.
-fn hooks_path(config: &str, root: &Path) -> Option<PathBuf> {
-    let value = config.lines().rev().find_map(|line| {
-        let (key, value) = line.split_once('=')?;
-        key.trim().eq_ignore_ascii_case("hookspath").then(|| value.trim().trim_matches('"').to_owned())
-    })?;
-    if value.is_empty() || value.starts_with('~') {
-        return None;
+/// The folders `core.hooksPath` names in a git config's text: every value
+/// it is given (the last one counts for git, but which is last once
+/// included files are read in is git's business: all are protected).
+fn hooks_paths(config: &str, root: &Path) -> Vec<PathBuf> {
+    config
+        .lines()
+        .filter_map(|line| {
+            let (key, value) = line.split_once('=')?;
+            key.trim().eq_ignore_ascii_case("hookspath").then(|| value.trim().trim_matches('"').to_owned())
+        })
+        .filter(|value| !value.is_empty() && !value.starts_with('~'))
+        .map(|value| real(&root.join(value)))
+        .collect()
+}
+
+/// A git directory's config files (`config`, `config.worktree`) and the
+/// files they include: each one's path and text (empty when missing).
+struct ConfigFiles {
+    own: Vec<(PathBuf, String)>,
+    included: Vec<(PathBuf, String)>,
+}
+
+impl ConfigFiles {
+    fn of_git_dir(dir: &Path) -> ConfigFiles {
+        let mut files = ConfigFiles { own: Vec::new(), included: Vec::new() };
+        for name in ["config", "config.worktree"] {
+            let path = dir.join(name);
+            let text = read_small(&path).unwrap_or_default();
+            files.included.extend(included(&path, &text));
+            files.own.push((path, text));
+        }
+        files
     }
-    Some(real(&root.join(value)))
+
+    /// The included files.
+    fn included(&self) -> impl Iterator<Item = &Path> {
+        self.included.iter().map(|(path, _)| path.as_path())
+    }
+
+    /// Every folder `core.hooksPath` names in any of them.
+    fn hooks_paths(&self, root: &Path) -> Vec<PathBuf> {
+        self.own.iter().chain(&self.included).flat_map(|(_, text)| hooks_paths(text, root)).collect()
+    }
+}
+
+/// Included config files followed at most, in all, and how deep.
+const MAX_INCLUDES: usize = 16;
+const MAX_INCLUDE_DEPTH: usize = 4;
+
+/// The files a git config file includes (`[include] path = ...` and
+/// `[includeIf "..."] path = ...`, whatever the condition), as they really
+/// are, and theirs in turn: git reads them as part of the config, so they
+/// can name programs git runs as well. A relative path is relative to the
+/// including file's folder, `~/` is the home directory; whether they exist
+/// or not.
+fn included(config: &Path, text: &str) -> Vec<(PathBuf, String)> {
+    let mut found: Vec<(PathBuf, String)> = Vec::new();
+    let mut pending = vec![(config.to_path_buf(), text.to_owned(), 0)];
+    while let Some((file, text, depth)) = pending.pop() {
+        let base = file.parent().map(Path::to_path_buf).unwrap_or_default();
+        let mut in_include = false;
+        for line in text.lines() {
+            let line = line.trim();
+            if let Some(header) = line.strip_prefix('[') {
+                let name = header.split(|c: char| c == ']' || c == '"' || c.is_whitespace()).next().unwrap_or("");
+                in_include = name.eq_ignore_ascii_case("include") || name.eq_ignore_ascii_case("includeif");
+                continue;
+            }
+            let Some((key, value)) = line.split_once('=') else { continue };
+            if !in_include || !key.trim().eq_ignore_ascii_case("path") {
+                continue;
+            }
+            let value = value.trim().trim_matches('"');
+            let path = match value.strip_prefix("~/") {
+                Some(rest) => match std::env::var_os("HOME") {
+                    Some(home) => Path::new(&home).join(rest),
+                    None => continue,
+                },
+                None if value.is_empty() => continue,
+                None => base.join(value),
+            };
+            let path = real(&path);
+            if found.len() >= MAX_INCLUDES {
+                return found;
+            }
+            if path != config && !found.iter().any(|(seen, _)| *seen == path) {
+                let text = read_small(&path).unwrap_or_default();
+                if depth < MAX_INCLUDE_DEPTH {
+                    pending.push((path.clone(), text.clone(), depth + 1));
+                }
+                found.push((path, text));
+            }
+        }
+    }
+    found
 }
 
 /// Every protected path of `root` that is named by what exists (whether the
@@ -167,9 +253,11 @@ pub fn of_root(root: &Path) -> Vec<Protected> {
     }
     for dir in &git.dirs {
         protected.extend(IN_GIT_DIR.iter().map(|(name, what)| Protected { path: dir.join(name), what: *what }));
-        if let Some(hooks) = read_small(&dir.join("config")).and_then(|config| hooks_path(&config, &root)) {
-            protected.push(Protected { path: hooks, what: Protection::GitHooks });
-        }
+        let configs = ConfigFiles::of_git_dir(dir);
+        let included = configs.included().map(|path| Protected { path: path.to_path_buf(), what: Protection::GitConfig });
+        protected.extend(included);
+        let hooks = configs.hooks_paths(&root).into_iter().map(|path| Protected { path, what: Protection::GitHooks });
+        protected.extend(hooks);
     }
     protected.push(Protected { path: root.join(LATHE_DIR), what: Protection::Lathe });
     protected
@@ -282,10 +370,13 @@ pub fn mounts(roots: &[PathBuf], writable: &[PathBuf]) -> Mounts {
             // Read by git once `extensions.worktreeConfig` is on, which
             // `git sparse-checkout` turns on by itself: an empty one to pin.
             let _ = std::fs::OpenOptions::new().write(true).create_new(true).open(dir.join("config.worktree"));
-            let config = read_small(&dir.join("config")).unwrap_or_default();
-            if let Some(hooks) = hooks_path(&config, &root).filter(|hooks| hooks.is_dir() && beneath_writable(hooks)) {
-                mounts.read_only.push(hooks);
-            }
+            let configs = ConfigFiles::of_git_dir(dir);
+            let hooks = configs.hooks_paths(&root).into_iter().filter(|hooks| hooks.is_dir() && beneath_writable(hooks));
+            mounts.read_only.extend(hooks);
+            // The files its config includes (a missing one cannot be
+            // mounted on: see SECURITY.md).
+            let included = configs.included().filter(|file| file.is_file() && beneath_writable(file));
+            mounts.read_only.extend(included.map(Path::to_path_buf));
             mounts.pinned.push(dir.clone());
             protect_existing(dir, &mut mounts);
         }
@@ -437,5 +528,41 @@ mod tests {
         assert!(pinned.contains(&main), "{pinned:?}");
         // Nothing beneath no writable path: Landlock keeps it read-only already.
         assert!(super::mounts(&[], &[top.join("unrelated")]).is_empty());
+    }
+
+    /// The files a git config includes are protected like the config: git
+    /// reads what they say (hooks paths, fsmonitor, aliases) as its own.
+    /// Relative to the including file, nested, whether they exist or not
+    /// for the file tools; mounted read-only where they exist.
+    #[test]
+    fn included_config_files_are_protected() {
+        let top = tempfile::tempdir().unwrap();
+        let root = top.path().canonicalize().unwrap();
+        git_dir(&root.join(".git"));
+        std::fs::write(
+            root.join(".git/config"),
+            "[core]\n\tbare = false\n\tpath = not-an-include\n[include]\n\tpath = ../shared.gitconfig\n\
+             [includeIf \"gitdir:/elsewhere/\"]\n\tpath = missing.cfg\n",
+        )
+        .unwrap();
+        std::fs::write(root.join("shared.gitconfig"), "[include]\n\tpath = nested.cfg\n").unwrap();
+        std::fs::write(root.join("nested.cfg"), "[core]\n\thooksPath = tools/hooks\n").unwrap();
+        std::fs::create_dir_all(root.join("tools/hooks")).unwrap();
+        let roots = [root.clone()];
+        for (path, what) in [
+            ("shared.gitconfig", Some(Protection::GitConfig)),
+            ("nested.cfg", Some(Protection::GitConfig)),
+            (".git/missing.cfg", Some(Protection::GitConfig)),
+            ("tools/hooks/pre-commit", Some(Protection::GitHooks)),
+            ("not-an-include", None),
+            ("README", None),
+        ] {
+            assert_eq!(covering(&root.join(path), &roots), what, "{path}");
+        }
+        let read_only = mounts(&roots, &[]).read_only;
+        for path in ["shared.gitconfig", "nested.cfg", "tools/hooks"] {
+            assert!(read_only.contains(&root.join(path)), "{path}: {read_only:?}");
+        }
+        assert!(!read_only.contains(&root.join(".git/missing.cfg")), "nothing to mount on");
     }
 }
