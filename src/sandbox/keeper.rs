@@ -198,7 +198,9 @@ mod tests {
         std::fs::read_dir("/proc/self/fd")
             .unwrap()
             .flatten()
-            .filter(|entry| std::fs::read_link(entry.path()).is_ok_and(|link| link.to_string_lossy().starts_with("mnt:")))
+            .filter(|entry| {
+                std::fs::read_link(entry.path()).is_ok_and(|link| link.to_string_lossy().starts_with("mnt:"))
+            })
             .count()
     }
 

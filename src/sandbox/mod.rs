@@ -531,11 +531,13 @@ pub fn restrict_self(policy: &SandboxPolicy) -> Result<Result<i32, String>, Sand
         RulesetCreatedAttr, RulesetStatus, Scope,
     };
     /// What a rule's path must be: known to be a directory or a file (and
-    /// then no link is followed), or either (links followed).
+    /// then no link is followed), a file where a link may lead (a device),
+    /// or either (links followed).
     #[derive(Clone, Copy)]
     enum Kind {
         Directory,
         File,
+        LinkedFile,
         Either,
     }
     let failed = |err: landlock::RulesetError| SandboxError::Landlock(err.to_string());
@@ -562,12 +564,12 @@ pub fn restrict_self(policy: &SandboxPolicy) -> Result<Result<i32, String>, Sand
         match kind {
             Kind::Directory => flags |= OFlags::DIRECTORY | OFlags::NOFOLLOW,
             Kind::File => flags |= OFlags::NOFOLLOW,
-            Kind::Either => {}
+            Kind::LinkedFile | Kind::Either => {}
         }
         let Ok(fd) = open(path, flags, Mode::empty()) else { return Ok(ruleset) };
         let directory = match kind {
             Kind::Directory => true,
-            Kind::File => false,
+            Kind::File | Kind::LinkedFile => false,
             Kind::Either => fstat(&fd).is_ok_and(|stat| FileType::from_raw_mode(stat.st_mode) == FileType::Directory),
         };
         // A rule with directory rights on a file is refused; a file rule on
@@ -577,21 +579,32 @@ pub fn restrict_self(policy: &SandboxPolicy) -> Result<Result<i32, String>, Sand
         opened.push(fd);
         added
     };
-    // The roots and writable paths as given (links followed, as named by
-    // the user or the session).
-    for root in &policy.roots {
-        ruleset = rule(ruleset, root, Kind::Either, reads | writes)?;
-    }
-    for path in &policy.writable {
-        ruleset = rule(ruleset, path, Kind::Either, writes)?;
-    }
-    for (path, directory) in ALWAYS_WRITABLE {
-        ruleset = rule(ruleset, Path::new(path), if directory { Kind::Directory } else { Kind::Either }, writes)?;
-    }
     // The read allow-list, never through a link (one swapped in since the
     // directory was read): a link is judged where it leads.
     let named = secrets::named(policy.home.as_deref(), &policy.deny_read);
-    for granted in secrets::readable_beneath(Path::new("/"), &named) {
+    let mut grants = secrets::readable_beneath(Path::new("/"), &named);
+    // The roots and writable paths as given (links followed, as named by
+    // the user or the session). One that the allow-list grants as it is (a
+    // directory, say the temp dir) gets a single rule with both rights:
+    // each rule costs microseconds at every command's start.
+    let mut granted_dir = |path: &Path| {
+        let found = grants.iter().position(|granted| granted.directory && granted.path == path);
+        found.map(|index| grants.swap_remove(index))
+    };
+    for root in &policy.roots {
+        let kind = if granted_dir(root).is_some() { Kind::Directory } else { Kind::Either };
+        ruleset = rule(ruleset, root, kind, reads | writes)?;
+    }
+    for path in &policy.writable {
+        ruleset = match granted_dir(path) {
+            Some(granted) => rule(ruleset, &granted.path, Kind::Directory, reads | writes)?,
+            None => rule(ruleset, path, Kind::Either, writes)?,
+        };
+    }
+    for (path, directory) in ALWAYS_WRITABLE {
+        ruleset = rule(ruleset, Path::new(path), if directory { Kind::Directory } else { Kind::LinkedFile }, writes)?;
+    }
+    for granted in &grants {
         let kind = if granted.directory { Kind::Directory } else { Kind::File };
         ruleset = rule(ruleset, &granted.path, kind, reads)?;
     }
@@ -1084,7 +1097,12 @@ mod tests {
             denials: ReadDenials::default(),
         };
         let table = [
-            (offline.clone(), NetworkCut::Off, "no network (no TCP, UDP or DNS", "no network, credentials or git hooks."),
+            (
+                offline.clone(),
+                NetworkCut::Off,
+                "no network (no TCP, UDP or DNS",
+                "no network, credentials or git hooks.",
+            ),
             (
                 offline.clone().without(&[SandboxPart::Seccomp]),
                 NetworkCut::TcpOnly,

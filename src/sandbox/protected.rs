@@ -98,8 +98,11 @@ struct GitDirs {
     dirs: Vec<PathBuf>,
 }
 
+/// `path` as it really is (links followed). An existing path is resolved
+/// by `realpath(3)`, one system call per component (this runs at every
+/// sandboxed command's start); a missing one as the file tools judge it.
 fn real(path: &Path) -> PathBuf {
-    crate::fs_guard::Target::of(path).real
+    std::fs::canonicalize(path).unwrap_or_else(|_| crate::fs_guard::Target::of(path).real)
 }
 
 /// Reads a small text file, at most [`MAX_READ`] bytes of it.
@@ -254,7 +257,8 @@ pub fn of_root(root: &Path) -> Vec<Protected> {
     for dir in &git.dirs {
         protected.extend(IN_GIT_DIR.iter().map(|(name, what)| Protected { path: dir.join(name), what: *what }));
         let configs = ConfigFiles::of_git_dir(dir);
-        let included = configs.included().map(|path| Protected { path: path.to_path_buf(), what: Protection::GitConfig });
+        let included =
+            configs.included().map(|path| Protected { path: path.to_path_buf(), what: Protection::GitConfig });
         protected.extend(included);
         let hooks = configs.hooks_paths(&root).into_iter().map(|path| Protected { path, what: Protection::GitHooks });
         protected.extend(hooks);
@@ -336,8 +340,9 @@ pub fn mounts(roots: &[PathBuf], writable: &[PathBuf]) -> Mounts {
     let writable: Vec<PathBuf> = writable.iter().chain(roots).map(|path| real(path)).collect();
     let beneath_writable = |path: &Path| writable.iter().any(|dir| path.starts_with(dir));
     let mut mounts = Mounts::default();
-    for root in roots {
-        let root = real(root);
+    // The roots, resolved once above.
+    for root in &writable[writable.len() - roots.len()..] {
+        let root = root.clone();
         if !root.is_dir() {
             continue;
         }
@@ -371,7 +376,8 @@ pub fn mounts(roots: &[PathBuf], writable: &[PathBuf]) -> Mounts {
             // `git sparse-checkout` turns on by itself: an empty one to pin.
             let _ = std::fs::OpenOptions::new().write(true).create_new(true).open(dir.join("config.worktree"));
             let configs = ConfigFiles::of_git_dir(dir);
-            let hooks = configs.hooks_paths(&root).into_iter().filter(|hooks| hooks.is_dir() && beneath_writable(hooks));
+            let hooks =
+                configs.hooks_paths(&root).into_iter().filter(|hooks| hooks.is_dir() && beneath_writable(hooks));
             mounts.read_only.extend(hooks);
             // The files its config includes (a missing one cannot be
             // mounted on: see SECURITY.md).
