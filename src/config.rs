@@ -232,7 +232,7 @@ impl SandboxSettings {
 }
 
 /// How lathe starts processes: what they inherit and who supervises them
-/// (see `crate::child`).
+/// (see `crate::platform::process`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ChildSettings {
     /// lathe's own executable, which starts and watches every local child
@@ -247,6 +247,9 @@ pub struct ChildSettings {
     pub remove_env: Vec<String>,
     /// `[child_env] keep`: globs of variables `remove` leaves alone.
     pub keep_env: Vec<String>,
+    /// `[shell] program`: the shell commands run in, instead of the one
+    /// detected (`sh` on Unix; PowerShell, else `cmd.exe`, on Windows).
+    pub shell: Option<String>,
 }
 
 /// Where the configuration came from.
@@ -744,6 +747,8 @@ struct ConfigToml {
     #[serde(default)]
     child_env: ChildEnvToml,
     #[serde(default)]
+    shell: ShellToml,
+    #[serde(default)]
     sandbox: SandboxToml,
     #[serde(default)]
     sessions: SessionsToml,
@@ -806,6 +811,12 @@ struct ChildEnvToml {
     remove: Vec<String>,
     #[serde(default)]
     keep: Vec<String>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ShellToml {
+    program: Option<String>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -1030,7 +1041,13 @@ impl Config {
             })
             .collect::<Result<BTreeMap<_, _>, Invalid>>()
             .map_err(invalid)?;
-        let children = child_settings(&raw.child_env, &models, &raw.mcp_servers).map_err(invalid)?;
+        let mut children = child_settings(&raw.child_env, &models, &raw.mcp_servers).map_err(invalid)?;
+        children.shell = match raw.shell.program {
+            Some(program) if program.trim().is_empty() => {
+                return Err(invalid(("shell.program".to_owned(), "the program must not be empty".to_owned())));
+            }
+            program => program,
+        };
         let mcp_servers = raw
             .mcp_servers
             .into_iter()
@@ -1502,7 +1519,13 @@ fn child_settings(
     }
     secret_vars.sort();
     secret_vars.dedup();
-    Ok(ChildSettings { supervisor: None, secret_vars, remove_env: raw.remove.clone(), keep_env: raw.keep.clone() })
+    Ok(ChildSettings {
+        supervisor: None,
+        secret_vars,
+        remove_env: raw.remove.clone(),
+        keep_env: raw.keep.clone(),
+        shell: None,
+    })
 }
 
 /// The sandbox settings without a config file: the defaults, with the

@@ -514,7 +514,8 @@ async fn check_mcp(report: &mut Report, config: &Config) {
         return;
     }
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
-    let launcher = crate::child::Launcher::for_session(&config.children, &config.sandbox, std::slice::from_ref(&cwd));
+    let launcher =
+        crate::platform::process::Launcher::for_session(&config.children, &config.sandbox, std::slice::from_ref(&cwd));
     for server in &config.mcp_servers {
         let subject = format!("mcp {}", server.name);
         // The connection has its own start-up limit; this one only guards it.

@@ -79,7 +79,6 @@ pub mod agents;
 pub mod build_info;
 pub mod cancel;
 pub mod checkpoint;
-pub mod child;
 pub mod cli;
 pub mod commands;
 pub mod config;

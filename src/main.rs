@@ -51,9 +51,9 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// lathe's own trampoline: starts a command with a scrubbed environment
-    /// and kills its process group when lathe dies (see `lathe::child`).
+    /// and kills its process group when lathe dies (see `lathe::platform::process`).
     #[command(name = "sandbox-exec", hide = true)]
-    SandboxExec(lathe::child::SandboxExecArgs),
+    SandboxExec(lathe::platform::process::SandboxExecArgs),
     /// Check the setup: the config file, each model's endpoint (reachable,
     /// key accepted, model listed, streaming, tool calls, usage, context
     /// window), the data directory, the MCP servers and the sandbox. One
@@ -98,12 +98,12 @@ fn main() -> ExitCode {
     if let Some(Command::SandboxExec(args)) = command {
         // Nothing else of lathe runs here: no logging, no config, no runtime.
         if args.probe {
-            return match writeln!(std::io::stdout(), "{}", lathe::child::sandbox_probe()) {
+            return match writeln!(std::io::stdout(), "{}", lathe::platform::process::sandbox_probe()) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(_) => ExitCode::FAILURE,
             };
         }
-        return match lathe::child::sandbox_exec(args) {
+        return match lathe::platform::process::sandbox_exec(args) {
             Ok(code) => code,
             Err(err) => {
                 eprintln!("lathe sandbox-exec: {err}");

@@ -40,6 +40,7 @@ const SYSTEM: &str = include_str!("../prompts/system.md");
 const LEAN_SYSTEM: &str = include_str!("../prompts/lean/system.md");
 const ENVIRONMENT: &str = include_str!("../prompts/environment.md");
 const SANDBOX: &str = include_str!("../prompts/sandbox.md");
+const SHELL: &str = include_str!("../prompts/shell.md");
 
 /// What the prompt says about where the agent runs.
 #[derive(Debug, Clone)]
@@ -54,6 +55,10 @@ pub struct Environment<'a> {
     /// `crate::sandbox::SessionSandbox::describe_for_model`); `None` when
     /// commands run without one.
     pub sandbox: Option<&'a str>,
+    /// Which shell commands run in, when it is not `sh` (see
+    /// `crate::platform::shell::Shell::for_prompt`): "PowerShell 7 (`pwsh`):
+    /// write PowerShell".
+    pub shell: Option<&'a str>,
 }
 
 impl Environment<'_> {
@@ -153,6 +158,10 @@ fn after_instructions(environment: &Environment<'_>, skills: Option<&str>, instr
     let cwd = environment.cwd.display().to_string();
     let filled = ENVIRONMENT.replace("{cwd}", &cwd).replace("{os}", environment.os).replace("{date}", environment.date);
     let mut rest = format!("\n{}", filled.trim_end());
+    if let Some(shell) = environment.shell {
+        rest.push('\n');
+        rest.push_str(SHELL.replace("{shell}", shell).trim_end());
+    }
     if let Some(sandbox) = environment.sandbox {
         // One more line of the environment: the prefix has a token budget.
         rest.push('\n');
@@ -232,7 +241,13 @@ mod tests {
 
     #[test]
     fn fills_the_environment_and_is_deterministic() {
-        let env = Environment { cwd: Path::new("/work/project"), os: "linux", date: "Wed, 02 Dec 2026", sandbox: None };
+        let env = Environment {
+            cwd: Path::new("/work/project"),
+            os: "linux",
+            date: "Wed, 02 Dec 2026",
+            sandbox: None,
+            shell: None,
+        };
         let prompts = system_prompt(&env, &[]);
         for profile in [PromptProfile::Standard, PromptProfile::Lean] {
             let prompt = prompts.get(profile);
@@ -250,7 +265,7 @@ mod tests {
     #[test]
     fn the_sandbox_is_described_when_there_is_one() {
         let described = "Shell sandbox: no network, credentials or git hooks.";
-        let env = Environment { cwd: Path::new("/p"), os: "linux", date: "d", sandbox: Some(described) };
+        let env = Environment { cwd: Path::new("/p"), os: "linux", date: "d", sandbox: Some(described), shell: None };
         let prompts = system_prompt(&env, &[]);
         for profile in [PromptProfile::Standard, PromptProfile::Lean] {
             let prompt = prompts.get(profile);
@@ -279,7 +294,7 @@ mod tests {
         let texts: Vec<&str> = files.iter().map(|f| f.text.as_str()).collect();
         assert_eq!(texts, ["user rules", "repo rules", "crates rules", "core rules"]);
 
-        let env = Environment { cwd: &cwd, os: "linux", date: "d", sandbox: None };
+        let env = Environment { cwd: &cwd, os: "linux", date: "d", sandbox: None, shell: None };
         let prompts = system_prompt(&env, &files);
         for profile in [PromptProfile::Standard, PromptProfile::Lean] {
             let prompt = prompts.get(profile);
@@ -304,7 +319,7 @@ mod tests {
     /// (override); the same bytes every time.
     #[test]
     fn the_clients_prompt_is_appended_or_replaces_the_instructions() {
-        let env = Environment { cwd: Path::new("/work/project"), os: "linux", date: "d", sandbox: None };
+        let env = Environment { cwd: Path::new("/work/project"), os: "linux", date: "d", sandbox: None, shell: None };
         let files = [Instructions { path: PathBuf::from("/work/project/AGENTS.md"), text: "project rules".into() }];
         let own = system_prompt(&env, &files);
         let append = ClientPrompt { replace: false, text: "Answer in French.\n".into() };
@@ -328,7 +343,7 @@ mod tests {
     /// files, in both profiles; with none the prompt is exactly as before.
     #[test]
     fn skills_are_listed_only_when_there_are_some() {
-        let env = Environment { cwd: Path::new("/p"), os: "linux", date: "d", sandbox: None };
+        let env = Environment { cwd: Path::new("/p"), os: "linux", date: "d", sandbox: None, shell: None };
         let files = [Instructions { path: PathBuf::from("/p/AGENTS.md"), text: "project rules".into() }];
         let skill = |name: &str| crate::skills::Skill {
             name: name.to_owned(),

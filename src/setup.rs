@@ -199,8 +199,15 @@ pub fn open_session(
     let sandbox = crate::sandbox::SessionSandbox::new(&config.sandbox, &roots, config.children.supervisor.as_deref())
         .describe_for_model();
     let date = Environment::today();
-    let environment =
-        Environment { cwd: &placement.cwd, os: std::env::consts::OS, date: &date, sandbox: sandbox.as_deref() };
+    // Once per process (on Windows the first call runs the candidates).
+    let shell = crate::platform::shell::Shell::for_config(config.children.shell.as_deref()).for_prompt();
+    let environment = Environment {
+        cwd: &placement.cwd,
+        os: std::env::consts::OS,
+        date: &date,
+        sandbox: sandbox.as_deref(),
+        shell: shell.as_deref(),
+    };
     let skills = crate::skills::Skills::new(files.skills.clone());
     let prompt = system_prompt_with(&environment, instructions, &skills, system.as_ref());
     let mut conversation = Conversation::new(prompt, messages, journal);
@@ -240,8 +247,8 @@ pub fn open_session(
 }
 
 /// How the session's processes are started: its environment rule and sandbox.
-pub fn launcher(config: &Config, session: &Session) -> crate::child::Launcher {
-    crate::child::Launcher::for_session(&config.children, &config.sandbox, &session.roots())
+pub fn launcher(config: &Config, session: &Session) -> crate::platform::process::Launcher {
+    crate::platform::process::Launcher::for_session(&config.children, &config.sandbox, &session.roots())
 }
 
 /// A client for configured model `key` with reasoning effort `thought_level`.

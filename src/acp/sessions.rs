@@ -273,7 +273,7 @@ impl Server {
     }
 
     /// How the session's processes are started: its environment rule and sandbox.
-    fn launcher(&self, session: &Session) -> crate::child::Launcher {
+    fn launcher(&self, session: &Session) -> crate::platform::process::Launcher {
         setup::launcher(&self.config(), session)
     }
 

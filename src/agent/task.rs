@@ -162,7 +162,14 @@ impl Turn<'_> {
         let date = Environment::today();
         // The sandbox sentence is the parent's system prompt's; a sub-agent's
         // refused command still carries the sandbox's own note.
-        let environment = Environment { cwd: self.workspace.cwd, os: std::env::consts::OS, date: &date, sandbox: None };
+        let shell = self.workspace.host.launcher().shell().await.for_prompt();
+        let environment = Environment {
+            cwd: self.workspace.cwd,
+            os: std::env::consts::OS,
+            date: &date,
+            sandbox: None,
+            shell: shell.as_deref(),
+        };
         let mut conversation = Conversation::new(
             subagent_prompt(&agent.prompt, &environment, self.agents.instructions()),
             Vec::new(),

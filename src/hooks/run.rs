@@ -10,12 +10,12 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
 use super::Hook;
+use crate::platform::process::{CommandLine, Ending, Spawned};
 use crate::tools::Launcher;
-use crate::tools::shell::ProcessGroup;
 
 /// Bytes of a hook's stdout, and of its stderr, kept; the rest is read and dropped.
 const MAX_OUTPUT: usize = 64 * 1024;
@@ -63,9 +63,9 @@ pub struct Place<'a> {
 }
 
 /// Starts `command` for a hook: the only place hooks are started.
-fn start(launcher: &Launcher, command: &str, place: Place<'_>) -> std::io::Result<Child> {
-    let args = ["-c".to_owned(), command.to_owned()];
-    launcher.spawn("/bin/sh", &args, false, |cmd: &mut Command| {
+fn start(launcher: &Launcher, command: &str, place: Place<'_>) -> std::io::Result<Spawned> {
+    let line = CommandLine::new("/bin/sh", &["-c".to_owned(), command.to_owned()]);
+    launcher.spawn(&line, false, |cmd: &mut Command| {
         cmd.current_dir(place.cwd)
             .env("LATHE_PROJECT_DIR", place.project)
             .env("CLAUDE_PROJECT_DIR", place.project)
@@ -81,8 +81,7 @@ pub async fn run(hook: &Hook, input: &str, place: Place<'_>, launcher: &Launcher
         Ok(child) => child,
         Err(err) => return Ran::NotStarted(err.to_string()),
     };
-    let mut group = ProcessGroup::new(child.id());
-    let stdin = child.stdin.take();
+    let stdin = child.take_stdin();
     let feed = async move {
         // A hook that reads nothing closes its end: that is fine.
         if let Some(mut stdin) = stdin {
@@ -90,7 +89,7 @@ pub async fn run(hook: &Hook, input: &str, place: Place<'_>, launcher: &Launcher
             let _ = stdin.shutdown().await;
         }
     };
-    let (out, err) = (child.stdout.take(), child.stderr.take());
+    let (out, err) = (child.take_stdout(), child.take_stderr());
     let reading = async move { tokio::join!(read_capped(out), read_capped(err)) };
     let mut output = None;
     tokio::pin!(reading);
@@ -102,11 +101,11 @@ pub async fn run(hook: &Hook, input: &str, place: Place<'_>, launcher: &Launcher
         tokio::select! {
             biased;
             () = cancel.cancelled() => {
-                stop(group, &mut child).await;
+                stop(&mut child).await;
                 return Ran::NotStarted("cancelled".to_owned());
             }
             () = &mut deadline => {
-                stop(group, &mut child).await;
+                stop(&mut child).await;
                 return Ran::TimedOut(hook.spec.timeout);
             }
             status = child.wait() => break status,
@@ -118,7 +117,7 @@ pub async fn run(hook: &Hook, input: &str, place: Place<'_>, launcher: &Launcher
         }
     };
     // What it started in the background goes too: it would hold the pipes open.
-    group.finish();
+    child.finish();
     if !read {
         tokio::select! {
             biased;
@@ -129,18 +128,20 @@ pub async fn run(hook: &Hook, input: &str, place: Place<'_>, launcher: &Launcher
     let (stdout, stderr) = output.unwrap_or_default();
     match status {
         Err(err) => Ran::NotStarted(format!("waiting for it failed: {err}")),
-        Ok(status) => match status.code() {
-            Some(code) => Ran::Exited { code, stdout, stderr },
-            None => Ran::Killed { status: status.to_string(), stderr },
+        Ok(ending) => match ending {
+            Ending::Code(code) => Ran::Exited { code, stdout, stderr },
+            Ending::Signal { .. } | Ending::Unknown(_) => Ran::Killed { status: ending.status(), stderr },
         },
     }
 }
 
-/// Kills the hook's whole process group at once (dropping the group sends
-/// SIGKILL to all of it) and waits a bounded time for the hook itself.
-async fn stop(group: ProcessGroup, child: &mut Child) {
-    drop(group);
-    let _ = tokio::time::timeout(REAP, child.wait()).await;
+/// Kills the hook's whole tree at once (its process group, SIGKILL) and
+/// waits a bounded time for the hook itself.
+async fn stop(child: &mut Spawned) {
+    child.kill();
+    if tokio::time::timeout(REAP, child.wait()).await.is_ok() {
+        child.finish();
+    }
 }
 
 /// Reads a pipe to its end, keeping its first [`MAX_OUTPUT`] bytes.

@@ -32,9 +32,9 @@ use tokio::sync::oneshot;
 
 use super::sse;
 use super::stdio::ChildProcess;
-use crate::child::Launcher;
 use crate::config::{McpServer, McpTransport};
 use crate::errors::chain;
+use crate::platform::process::Launcher;
 
 /// How long a failed local server gets to report how it ended.
 const EXIT_REPORT_WAIT: Duration = Duration::from_millis(300);

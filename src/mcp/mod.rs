@@ -7,7 +7,7 @@
 //! - **Start-up.** Every server is connected concurrently in the
 //!   background as the session is set up (stdio: a child process in its own
 //!   process group, supervised and with the secrets removed from its
-//!   environment, see `crate::child`; Streamable HTTP; the older HTTP+SSE), each within
+//!   environment, see `crate::platform::process`; Streamable HTTP; the older HTTP+SSE), each within
 //!   `[mcp] startup_timeout_secs`, so `session/new` never waits for them.
 //!   The first prompt waits for those still starting (bounded by the same
 //!   timeout) so its first request offers their tools. A server that fails
@@ -52,8 +52,8 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::cancel::{Cancelled, OrCancel as _};
-use crate::child::Launcher;
 use crate::config::{McpServer, McpSettings, McpTransport};
+use crate::platform::process::Launcher;
 use crate::sync::lock;
 use crate::tool_definition::ToolDefinition;
 use crate::tools::{Access, Description, ExternalCall, ExternalTools, ToolContext, ToolKind, ToolOutcome};

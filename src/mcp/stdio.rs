@@ -1,7 +1,7 @@
-//! Local MCP servers: the process lathe starts for a stdio server, in its own
-//! process group, and what is left of it when it stops.
+//! Local MCP servers: the process lathe starts for a stdio server, the root
+//! of a tree of its own, and what is left of it when it stops.
 //!
-//! It is started like every child of lathe (see `crate::child`): through the
+//! It is started like every child of lathe (see `crate::platform::process`): through the
 //! supervising trampoline, so it dies with lathe even when lathe is killed,
 //! and with the secrets lathe knows of removed from its environment; the
 //! server's own `env` entries are then added, for it alone.
@@ -9,14 +9,15 @@
 //! The child's stdin and stdout are the MCP pipes. Its stderr never reaches
 //! lathe's stdout (which carries ACP): each line goes to lathe's log at debug
 //! level, and the last few are kept to explain a failure ("exited with status
-//! 1: cannot find config"). The whole group is killed with SIGKILL when the
-//! [`ChildProcess`] is dropped (session closed or deleted, EOF, a signal, a
-//! failed start), so helpers the server started go too. This module knows
+//! 1: cannot find config"). The whole tree (its process group, or its Job
+//! Object on Windows) is killed when the [`ChildProcess`] is dropped
+//! (session closed or deleted, EOF, a signal, a failed start), so helpers
+//! the server started go too. This module knows
 //! processes, not MCP.
 
 use std::collections::VecDeque;
 use std::path::Path;
-use std::process::{ExitStatus, Stdio};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,9 +25,8 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{ChildStdin, ChildStdout, Command};
 use tokio::task::JoinHandle;
 
-use crate::child::Launcher;
+use crate::platform::process::{CommandLine, Ending, Killer, Launcher};
 use crate::sync::lock;
-use crate::tools::shell::ProcessGroup;
 
 /// Lines of stderr kept to explain a failure.
 const STDERR_LINES: usize = 5;
@@ -34,9 +34,9 @@ const STDERR_LINES: usize = 5;
 /// Characters of one stderr line kept.
 const STDERR_LINE_CHARS: usize = 300;
 
-/// A started server process. Dropping it kills its process group.
+/// A started server process. Dropping it kills its process tree.
 pub(super) struct ChildProcess {
-    group: Arc<Mutex<ProcessGroup>>,
+    killer: Killer,
     state: Arc<Mutex<ExitState>>,
     reaper: JoinHandle<()>,
     stderr: JoinHandle<()>,
@@ -45,7 +45,7 @@ pub(super) struct ChildProcess {
 /// What is known of how the process ended, and the last lines it wrote to stderr.
 #[derive(Default)]
 struct ExitState {
-    status: Option<ExitStatus>,
+    status: Option<Ending>,
     stderr_tail: VecDeque<String>,
     /// Whether stderr was read to its end.
     stderr_done: bool,
@@ -66,7 +66,8 @@ impl ChildProcess {
         // A cwd that does not exist would fail the spawn; the server can do without it.
         let cwd = cwd.is_dir().then_some(cwd);
         // Its own variables go on top of the scrubbed environment, to it alone.
-        let mut child = launcher.spawn(command, args, sandboxed, |cmd: &mut Command| {
+        let line = CommandLine::new(command, args);
+        let mut child = launcher.spawn(&line, sandboxed, |cmd: &mut Command| {
             cmd.envs(env.iter().map(|(name, value)| (name, value)))
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
@@ -75,29 +76,29 @@ impl ChildProcess {
                 cmd.current_dir(cwd);
             }
         })?;
-        let group = Arc::new(Mutex::new(ProcessGroup::new(child.id())));
-        let (Some(stdout), Some(stdin), stderr) = (child.stdout.take(), child.stdin.take(), child.stderr.take()) else {
+        let killer = child.killer();
+        let (Some(stdout), Some(stdin), stderr) = (child.take_stdout(), child.take_stdin(), child.take_stderr()) else {
             return Err(std::io::Error::other("the child's pipes were not set up"));
         };
         let state = Arc::new(Mutex::new(ExitState::default()));
         let stderr = tokio::spawn(read_stderr(server.to_owned(), stderr, Arc::clone(&state)));
         let reaper = {
-            let (group, state) = (Arc::clone(&group), Arc::clone(&state));
+            let state = Arc::clone(&state);
             let server = server.to_owned();
             tokio::spawn(async move {
                 let status = child.wait().await;
-                // The leader is gone: whatever it left in its group goes too.
-                lock(&group).finish();
+                // The root is gone: whatever it left in its tree goes too.
+                child.finish();
                 match status {
                     Ok(status) => {
-                        tracing::debug!(%server, %status, "MCP server process exited");
+                        tracing::debug!(%server, status = %status.describe(), "MCP server process exited");
                         lock(&state).status = Some(status);
                     }
                     Err(err) => tracing::warn!(%server, %err, "cannot wait for the MCP server process"),
                 }
             })
         };
-        Ok((ChildProcess { group, state, reaper, stderr }, stdout, stdin))
+        Ok((ChildProcess { killer, state, reaper, stderr }, stdout, stdin))
     }
 
     /// How the process ended, if it did, with its last stderr lines; waits
@@ -118,7 +119,7 @@ impl ChildProcess {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let state = lock(&self.state);
-        let status = state.status.map(describe_status);
+        let status = state.status.as_ref().map(Ending::describe);
         let tail = (!state.stderr_tail.is_empty())
             .then(|| state.stderr_tail.iter().map(String::as_str).collect::<Vec<_>>().join(" | "));
         match (status, tail) {
@@ -132,18 +133,9 @@ impl ChildProcess {
 
 impl Drop for ChildProcess {
     fn drop(&mut self) {
-        lock(&self.group).finish();
+        self.killer.kill();
         self.reaper.abort();
         self.stderr.abort();
-    }
-}
-
-fn describe_status(status: ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => format!("it exited with status {code}"),
-        (None, Some(signal)) => format!("it was killed by signal {signal}"),
-        (None, None) => format!("it ended ({status})"),
     }
 }
 

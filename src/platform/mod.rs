@@ -31,6 +31,8 @@ pub mod files;
 pub mod folders;
 pub mod paths;
 pub mod private;
+pub mod process;
+pub mod shell;
 pub mod stamp;
 #[cfg(test)]
 pub mod testing;

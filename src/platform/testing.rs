@@ -120,6 +120,12 @@ pub fn non_unicode_path() -> PathBuf {
     std::env::temp_dir().join(sys::non_unicode_name())
 }
 
+/// Whether the process group `pgid` has a member, zombies included
+/// (`killpg(pgid, 0)`); Windows has no process groups: `false`.
+pub fn process_group_exists(pgid: i32) -> bool {
+    sys::process_group_exists(pgid)
+}
+
 #[cfg(unix)]
 mod sys {
     use std::ffi::OsString;
@@ -168,6 +174,12 @@ mod sys {
         let pid = i32::try_from(pid).map_err(std::io::Error::other)?;
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL)
             .map_err(std::io::Error::from)
+    }
+
+    pub(super) fn process_group_exists(pgid: i32) -> bool {
+        use nix::sys::signal::killpg;
+        use nix::unistd::Pid;
+        killpg(Pid::from_raw(pgid), None) != Err(nix::errno::Errno::ESRCH)
     }
 }
 
@@ -249,5 +261,9 @@ mod sys {
         } else {
             Err(std::io::Error::other(format!("taskkill failed: {}", String::from_utf8_lossy(&output.stderr).trim())))
         }
+    }
+
+    pub(super) fn process_group_exists(_pgid: i32) -> bool {
+        false
     }
 }

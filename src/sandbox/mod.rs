@@ -1,5 +1,5 @@
 //! The sandbox commands run in (issues 14 and 25): a policy per session,
-//! applied by lathe's trampoline (`lathe sandbox-exec`, see `crate::child`)
+//! applied by lathe's trampoline (`lathe sandbox-exec`, see `crate::platform::process`)
 //! before it starts the command, so that it binds the command and
 //! everything it starts and can never be lifted. In it a command:
 //!
@@ -288,7 +288,7 @@ impl SandboxPolicy {
         ReadDenials::new(self.home.as_deref(), &self.deny_read)
     }
 
-    /// The policy as trampoline arguments (see `crate::child`).
+    /// The policy as trampoline arguments (see `crate::platform::process`).
     pub fn as_args(&self) -> Vec<OsString> {
         let mut args = vec![OsString::from(SANDBOX_FLAG)];
         let mut flagged = |flag: &str, path: &Path| {
@@ -671,7 +671,7 @@ pub fn probe(trampoline: &Path) -> Findings {
         Findings { landlock: Err(why.clone()), seccomp: Err(why.clone()), namespaces: Err(why) }
     };
     let findings = match std::process::Command::new(trampoline)
-        .args([crate::child::TRAMPOLINE_SUBCOMMAND, "--probe"])
+        .args([crate::platform::process::TRAMPOLINE_SUBCOMMAND, "--probe"])
         .stdin(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .output()

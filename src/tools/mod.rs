@@ -44,9 +44,9 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-pub use crate::child::Launcher;
 use crate::config::PromptProfile;
 use crate::platform::authority::Target;
+pub use crate::platform::process::Launcher;
 use crate::tool_definition::ToolDefinition;
 
 /// Every built-in tool.

@@ -1,5 +1,12 @@
-//! How lathe starts a process: the environment it gets, the supervision
-//! that keeps it from outliving lathe, and the sandbox it may run in.
+//! Process trees: how lathe starts a process, the environment it gets, the
+//! supervision that keeps it and everything it starts from outliving lathe,
+//! the sandbox it may run in, and how it ended ([`Ending`]).
+//!
+//! A start ([`Launcher::spawn`]) gives a [`Spawned`]: the root process and
+//! the tree below it, killed as one (on request, when it is dropped, and,
+//! after the root exits, whatever it left behind). Unix (`unix.rs`): a
+//! process group and lathe's trampoline, below. Windows (`windows.rs`): a
+//! Job Object with kill-on-close (process-wrap), see *Windows* below.
 //!
 //! # Environment
 //!
@@ -16,7 +23,7 @@
 //! `keep` cannot bring back a secret of the first kind. Names are matched
 //! case-sensitively.
 //!
-//! # Supervision
+//! # Supervision (Unix)
 //!
 //! A process whose parent is killed with SIGKILL is not told, and neither is
 //! anything it started in the background. So lathe starts each local child
@@ -69,12 +76,30 @@
 //!   trampoline. lathe starts children from its runtime's worker threads,
 //!   which live as long as lathe; should such a signal come while lathe
 //!   lives, the trampoline sees that its parent is unchanged and goes on.
-//!   It also looks at its parent once a second, which covers platforms
-//!   without `PR_SET_PDEATHSIG` (everything but Linux): there a child
-//!   outlives lathe by up to a second.
+//!   On macOS (and the BSDs) there is no `PR_SET_PDEATHSIG`: the
+//!   trampoline waits on a kqueue `EVFILT_PROC`/`NOTE_EXIT` for lathe's pid
+//!   instead, registered before it looks at its parent, so no death slips
+//!   by. It also looks at its parent once a second, which covers the
+//!   systems with neither: there a child outlives lathe by up to a second.
 //! - Between a program's exit and lathe's kill of its group, the group's
 //!   leftovers (background jobs) are lathe's to kill; if lathe is killed in
 //!   that instant they stay.
+//!
+//! # Windows
+//!
+//! Every child is created suspended, put in a new Job Object with
+//! `JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE` and then resumed (process-wrap), so
+//! nothing it starts can escape the job. lathe holds the job's handle: a
+//! kill terminates the job (the whole tree), so does the root's exit for
+//! what it left behind, and when lathe dies, even killed, the system closes
+//! the handle and kills the tree. So lathe's own children need no
+//! trampoline there. There is no polite signal for a windowless tree:
+//! [`Spawned::terminate`] kills. Commands in an editor terminal go through
+//! `lathe sandbox-exec` (no `exec` on Windows): it scrubs the environment,
+//! starts the command in a kill-on-close job of its own and exits with its
+//! code, so when the editor kills it the tree goes too. There is no command
+//! sandbox on Windows (see `crate::sandbox`): a sandboxed start fails.
+//! Exit statuses have no signals there ([`Ending::Code`] only).
 //!
 //! This module knows processes and environment variables, nothing of ACP,
 //! MCP, the model or the tools that use it.
@@ -83,22 +108,24 @@ use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::OnceLock;
-use std::time::Duration;
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
-use tokio::process::{Child, Command};
+use tokio::process::{ChildStderr, ChildStdin, ChildStdout, Command};
 
 use crate::config::{ChildSettings, SandboxSettings};
+// The sandbox moves under the platform layer in its own change (issue 26,
+// the sandbox part); until then the trampoline takes it from where it is.
 use crate::sandbox::{Confinement, SandboxPart, SandboxPolicy, SessionSandbox};
+
+#[cfg(unix)]
+#[path = "unix.rs"]
+mod sys;
+#[cfg(windows)]
+#[path = "windows.rs"]
+mod sys;
 
 /// The hidden subcommand of the `lathe` binary that runs [`sandbox_exec`].
 pub const TRAMPOLINE_SUBCOMMAND: &str = "sandbox-exec";
-
-/// The signal the kernel sends the trampoline when lathe dies.
-const DEATH_SIGNAL: nix::sys::signal::Signal = nix::sys::signal::Signal::SIGUSR1;
-
-/// How often the trampoline looks at its parent, besides the kernel's signal.
-const PARENT_POLL: Duration = Duration::from_secs(1);
 
 /// Secrets lathe always knows of, whatever the configuration.
 const ALWAYS_SECRET: &str = "OPENAI_API_KEY";
@@ -170,6 +197,8 @@ pub struct Launcher {
     supervisor: Option<PathBuf>,
     env: EnvRule,
     sandbox: Option<SessionSandbox>,
+    /// `[shell] program`, if configured.
+    shell: Option<String>,
 }
 
 impl Launcher {
@@ -180,7 +209,7 @@ impl Launcher {
             tracing::warn!(%err, "ignoring the [child_env] patterns");
             EnvRule::new(&settings.secret_vars, &[], &[]).unwrap_or_default()
         });
-        Launcher { supervisor: settings.supervisor.clone(), env, sandbox: None }
+        Launcher { supervisor: settings.supervisor.clone(), env, sandbox: None, shell: settings.shell.clone() }
     }
 
     /// The launcher for a session with these `roots`: as [`Launcher::new`],
@@ -233,7 +262,13 @@ impl Launcher {
             supervisor: None,
             env: EnvRule::new(&[ALWAYS_SECRET.to_owned()], &[], &[]).unwrap_or_default(),
             sandbox: None,
+            shell: None,
         })
+    }
+
+    /// The shell commands run in (see `crate::platform::shell`).
+    pub async fn shell(&self) -> crate::platform::shell::Shell {
+        crate::platform::shell::Shell::resolve(self.shell.as_deref()).await
     }
 
     /// The environment rule.
@@ -241,72 +276,69 @@ impl Launcher {
         &self.env
     }
 
-    /// Starts `program` with `args`, supervised when possible: its
-    /// environment scrubbed, in a new process group (so its pid is the
-    /// group's id), killed (SIGKILL) if the returned child is dropped while
-    /// it runs. `setup` sets the rest (directory, stdio, added variables,
-    /// which win over the rule). If the trampoline cannot be started (lathe's
-    /// executable was removed, say), the program is started directly, unless
-    /// it was to be `sandboxed`: that start fails instead, as it does when
-    /// the session's sandbox is not available.
-    pub fn spawn(
-        &self,
-        program: &str,
-        args: &[String],
-        sandboxed: bool,
-        setup: impl Fn(&mut Command),
-    ) -> std::io::Result<Child> {
+    /// Starts `line`, supervised when possible: its environment scrubbed,
+    /// the root of a tree that dies as one (a new process group on Unix, so
+    /// its pid is the group's id; a kill-on-close Job Object on Windows),
+    /// killed if the returned [`Spawned`] is dropped while it runs. `setup`
+    /// sets the rest (directory, stdio, added variables, which win over the
+    /// rule). On Unix, if the trampoline cannot be started (lathe's
+    /// executable was removed, say), the program is started directly,
+    /// unless it was to be `sandboxed`: that start fails instead, as it does
+    /// when the session's sandbox is not available.
+    pub fn spawn(&self, line: &CommandLine, sandboxed: bool, setup: impl Fn(&mut Command)) -> std::io::Result<Spawned> {
         if sandboxed {
             let (supervisor, policy) = self.sandbox_policy()?;
-            let mut command = self.trampoline(supervisor, program, args, Some(policy));
+            let mut command = self.trampoline(supervisor, line, Some(policy));
             setup(&mut command);
-            return command.spawn();
+            return sys::spawn(command).map(Spawned::new);
         }
-        if let Some(supervisor) = &self.supervisor {
-            let mut command = self.trampoline(supervisor, program, args, None);
+        if sys::SUPERVISED_BY_TRAMPOLINE
+            && let Some(supervisor) = &self.supervisor
+        {
+            let mut command = self.trampoline(supervisor, line, None);
             setup(&mut command);
-            match command.spawn() {
-                Ok(child) => return Ok(child),
+            match sys::spawn(command) {
+                Ok(tree) => return Ok(Spawned::new(tree)),
                 Err(err) => {
                     tracing::warn!(supervisor = %supervisor.display(), %err, "cannot start lathe's trampoline; starting the process unsupervised");
                 }
             }
         }
-        let mut command = self.command(OsStr::new(program));
-        command.args(args);
+        let mut command = self.command(OsStr::new(&line.program));
+        command.args(&line.args);
+        if let Some(verbatim) = &line.verbatim {
+            sys::raw_arg(&mut command, verbatim);
+        }
         setup(&mut command);
-        command.spawn()
+        sys::spawn(command).map(Spawned::new)
     }
 
     /// `lathe sandbox-exec --parent <pid> [sandbox] -- program args`.
-    fn trampoline(
-        &self,
-        supervisor: &Path,
-        program: &str,
-        args: &[String],
-        sandbox: Option<&SandboxPolicy>,
-    ) -> Command {
+    fn trampoline(&self, supervisor: &Path, line: &CommandLine, sandbox: Option<&SandboxPolicy>) -> Command {
         let mut command = self.command(supervisor.as_os_str());
         command.arg(TRAMPOLINE_SUBCOMMAND).arg("--parent").arg(std::process::id().to_string());
         if let Some(policy) = sandbox {
             command.args(policy.as_args());
         }
-        command.arg("--").arg(program).args(args);
+        command.arg("--").arg(&line.program).args(&line.args);
+        if let Some(verbatim) = &line.verbatim {
+            sys::raw_arg(&mut command, verbatim);
+        }
         command
     }
 
-    /// The program and arguments to hand an editor terminal for `program
-    /// args`: through the trampoline (which removes the secrets from the
-    /// editor's environment, applies the sandbox when `sandboxed`, and
-    /// `exec`s it) when lathe's executable is known. Fails when it was to be
-    /// sandboxed and cannot be.
-    pub fn for_terminal(
-        &self,
-        program: &str,
-        args: &[String],
-        sandboxed: bool,
-    ) -> std::io::Result<(String, Vec<String>)> {
+    /// The program and arguments to hand an editor terminal for `line`:
+    /// through the trampoline (which removes the secrets from the editor's
+    /// environment, applies the sandbox when `sandboxed`, and `exec`s it, or
+    /// on Windows starts it in a job of its own) when lathe's executable is
+    /// known. Fails when it was to be sandboxed and cannot be. ACP carries
+    /// arguments as strings the editor quotes: a verbatim part becomes one
+    /// more argument.
+    pub fn for_terminal(&self, line: &CommandLine, sandboxed: bool) -> std::io::Result<(String, Vec<String>)> {
         let policy = if sandboxed { Some(self.sandbox_policy()?.1) } else { None };
+        let mut command = vec![line.program.clone()];
+        command.extend(line.args.iter().cloned());
+        command.extend(line.verbatim.iter().cloned());
         match self.supervisor.as_deref().and_then(Path::to_str) {
             Some(supervisor) => {
                 let mut wrapped = vec![TRAMPOLINE_SUBCOMMAND.to_owned()];
@@ -318,14 +350,16 @@ impl Launcher {
                     wrapped.extend(policy.as_args().iter().map(|arg| arg.to_string_lossy().into_owned()));
                 }
                 wrapped.push("--".to_owned());
-                wrapped.push(program.to_owned());
-                wrapped.extend(args.iter().cloned());
+                wrapped.extend(command);
                 Ok((supervisor.to_owned(), wrapped))
             }
             None if sandboxed => {
                 Err(std::io::Error::other("the sandbox is applied by lathe's own executable, which is unknown"))
             }
-            None => Ok((program.to_owned(), args.to_vec())),
+            None => {
+                let program = command.remove(0);
+                Ok((program, command))
+            }
         }
     }
 
@@ -334,9 +368,162 @@ impl Launcher {
         for name in self.env.removed_here() {
             command.env_remove(name);
         }
-        // Its own group, so that one signal reaches everything it starts.
-        command.process_group(0).kill_on_drop(true);
+        command.kill_on_drop(true);
+        // Unix: its own group, so that one signal reaches everything it starts.
+        sys::prepare(&mut command);
         command
+    }
+}
+
+/// A program and its arguments, as lathe starts it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandLine {
+    /// The program: a name looked up in `PATH`, or a path.
+    pub program: String,
+    /// Its arguments, each quoted as the system does (Windows: std's rules).
+    pub args: Vec<String>,
+    /// A last argument passed exactly as written, with no quoting: what
+    /// `cmd.exe` needs for its command line on Windows (std's quoting rules
+    /// are not cmd's). On Unix, one more argument.
+    pub verbatim: Option<String>,
+}
+
+impl CommandLine {
+    /// `program` with `args`, nothing verbatim.
+    pub fn new(program: impl Into<String>, args: &[String]) -> CommandLine {
+        CommandLine { program: program.into(), args: args.to_vec(), verbatim: None }
+    }
+}
+
+/// A started process and the tree below it, which die as one. Dropping it
+/// kills the whole tree (unless [`Spawned::finish`] already did).
+pub struct Spawned {
+    tree: sys::Tree,
+    stdin: Option<ChildStdin>,
+    stdout: Option<ChildStdout>,
+    stderr: Option<ChildStderr>,
+}
+
+impl std::fmt::Debug for Spawned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Spawned").field("id", &self.id()).finish_non_exhaustive()
+    }
+}
+
+impl Spawned {
+    fn new(mut tree: sys::Tree) -> Spawned {
+        let (stdin, stdout, stderr) = tree.take_stdio();
+        Spawned { tree, stdin, stdout, stderr }
+    }
+
+    /// The root process's id, while it runs.
+    pub fn id(&self) -> Option<u32> {
+        self.tree.id()
+    }
+
+    /// The root's stdin, when it was piped (once).
+    pub fn take_stdin(&mut self) -> Option<ChildStdin> {
+        self.stdin.take()
+    }
+
+    /// The root's stdout, when it was piped (once).
+    pub fn take_stdout(&mut self) -> Option<ChildStdout> {
+        self.stdout.take()
+    }
+
+    /// The root's stderr, when it was piped (once).
+    pub fn take_stderr(&mut self) -> Option<ChildStderr> {
+        self.stderr.take()
+    }
+
+    /// Waits for the root process to exit (not for the tree: see
+    /// [`Spawned::finish`]).
+    pub async fn wait(&mut self) -> std::io::Result<Ending> {
+        self.tree.wait().await
+    }
+
+    /// Asks the whole tree to stop: SIGTERM to the group on Unix; on
+    /// Windows, with no polite signal for a windowless tree, a kill.
+    pub fn terminate(&mut self) {
+        self.tree.terminate();
+    }
+
+    /// Kills the whole tree now (SIGKILL to the group, or the job terminated).
+    pub fn kill(&mut self) {
+        self.tree.kill();
+    }
+
+    /// Kills what the root left behind and forgets the tree. Called once
+    /// the root has been reaped (on Unix the group id cannot be reused while
+    /// any member lives, and once none does, reuse would need the pid
+    /// counter to wrap around in the instant since the reap).
+    pub fn finish(&mut self) {
+        self.tree.finish();
+    }
+
+    /// A handle that kills the tree from elsewhere (while another task
+    /// waits on this): at once on Unix; on Windows the waiting task kills
+    /// it as soon as it runs, and the job's kill-on-close when this is
+    /// dropped. Does nothing once the tree is finished.
+    pub fn killer(&self) -> Killer {
+        Killer(self.tree.killer())
+    }
+}
+
+/// Kills a [`Spawned`] tree from another task (see [`Spawned::killer`]).
+#[derive(Clone)]
+pub struct Killer(sys::Killer);
+
+impl Killer {
+    /// Kills the whole tree, unless it is finished.
+    pub fn kill(&self) {
+        self.0.kill();
+    }
+}
+
+/// How a process ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ending {
+    /// It exited with this code.
+    Code(i32),
+    /// A signal ended it (Unix).
+    Signal {
+        /// The signal's number.
+        number: i32,
+        /// Its name (`SIGKILL`), or the number when the system has no name for it.
+        name: String,
+        /// How the system says it (`signal: 9 (SIGKILL)`, with `(core dumped)`).
+        status: String,
+    },
+    /// Neither (the system's own description).
+    Unknown(String),
+}
+
+impl Ending {
+    /// The exit code, when it exited.
+    pub fn code(&self) -> Option<i32> {
+        match self {
+            Ending::Code(code) => Some(*code),
+            Ending::Signal { .. } | Ending::Unknown(_) => None,
+        }
+    }
+
+    /// How the system says it ended (`exit status: 1`, `signal: 9 (SIGKILL)`).
+    pub fn status(&self) -> String {
+        match self {
+            Ending::Code(code) => format!("exit status: {code}"),
+            Ending::Signal { status, .. } | Ending::Unknown(status) => status.clone(),
+        }
+    }
+
+    /// One phrase for a report: "it exited with status 1", "it was killed
+    /// by signal 9".
+    pub fn describe(&self) -> String {
+        match self {
+            Ending::Code(code) => format!("it exited with status {code}"),
+            Ending::Signal { number, .. } => format!("it was killed by signal {number}"),
+            Ending::Unknown(status) => format!("it ended ({status})"),
+        }
     }
 }
 
@@ -421,7 +608,7 @@ pub enum TrampolineError {
 /// command, if one did.
 pub fn sandbox_exec(args: SandboxExecArgs) -> Result<ExitCode, TrampolineError> {
     let rule = EnvRule::new(&args.secrets, &args.remove, &args.keep)?;
-    let Some((program, rest)) = args.command.split_first() else {
+    let Some(program) = args.command.first() else {
         return Err(TrampolineError::Start { program: String::new(), source: std::io::ErrorKind::InvalidInput.into() });
     };
     let start_error = |source| TrampolineError::Start { program: program.to_string_lossy().into_owned(), source };
@@ -436,20 +623,7 @@ pub fn sandbox_exec(args: SandboxExecArgs) -> Result<ExitCode, TrampolineError> 
             .kept_by(args.ns_keeper.clone());
         crate::sandbox::apply(&policy).map_err(|err| TrampolineError::Sandbox(err.to_string()))?;
     }
-    match args.parent {
-        None => {
-            let mut command = std::process::Command::new(program);
-            command.args(rest);
-            for name in rule.removed_here() {
-                command.env_remove(name);
-            }
-            Err(start_error(exec(command)))
-        }
-        Some(parent) => {
-            let env = std::env::vars_os().filter(|(name, _)| !rule.removes(name)).collect();
-            supervise::run(&args.command, env, parent, start_error)
-        }
-    }
+    sys::run_trampoline(args.parent, &args.command, &rule, start_error)
 }
 
 /// `lathe sandbox-exec --probe`: what each part of the sandbox does on this
@@ -457,145 +631,6 @@ pub fn sandbox_exec(args: SandboxExecArgs) -> Result<ExitCode, TrampolineError> 
 /// process must have a single thread, and exit afterwards.
 pub fn sandbox_probe() -> String {
     serde_json::to_string(&crate::sandbox::probe_here()).unwrap_or_default()
-}
-
-/// Replaces this process by `command`; returns only if it could not.
-fn exec(mut command: std::process::Command) -> std::io::Error {
-    use std::os::unix::process::CommandExt;
-    command.exec()
-}
-
-mod supervise {
-    //! The supervising trampoline proper.
-    //!
-    //! The signals it waits for are blocked before the command starts, so
-    //! none can end the trampoline early or slip by unseen; the command is
-    //! started with `posix_spawn`, which gives it an empty signal mask and
-    //! default dispositions (std's `Command` would pass our mask on, and
-    //! Rust's ignored SIGPIPE with it).
-
-    use std::ffi::{CString, OsString};
-    use std::os::unix::ffi::OsStrExt;
-    use std::process::ExitCode;
-
-    use nix::spawn::{PosixSpawnAttr, PosixSpawnFileActions, PosixSpawnFlags, posix_spawnp};
-    use nix::sys::signal::{SigSet, Signal, kill, killpg};
-    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
-    use nix::unistd::{Pid, getpgrp, getpid, getppid};
-
-    use super::{DEATH_SIGNAL, PARENT_POLL, TrampolineError};
-
-    /// Signals the trampoline passes on to its command instead of dying of them.
-    const PASSED_ON: [Signal; 4] = [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGQUIT];
-
-    pub(super) fn run(
-        command: &[OsString],
-        env: Vec<(OsString, OsString)>,
-        parent: u32,
-        start_error: impl Fn(std::io::Error) -> TrampolineError,
-    ) -> Result<ExitCode, TrampolineError> {
-        let failed = |what: &str, err: nix::Error| TrampolineError::Supervise(format!("{what}: {err}"));
-        let parent = Pid::from_raw(i32::try_from(parent).unwrap_or(i32::MAX));
-        // Only a trampoline leading its own group may kill the group.
-        let group = (getpgrp() == getpid()).then(getpgrp);
-        let mut waited: SigSet = PASSED_ON.into_iter().collect();
-        waited.add(Signal::SIGCHLD);
-        waited.add(DEATH_SIGNAL);
-        waited.thread_block().map_err(|err| failed("blocking signals", err))?;
-        // The death signal is held for `wait` from here, so asking for it
-        // and then looking at the parent leaves no gap.
-        #[cfg(target_os = "linux")]
-        nix::sys::prctl::set_pdeathsig(DEATH_SIGNAL).map_err(|err| failed("PR_SET_PDEATHSIG", err))?;
-        if getppid() != parent {
-            orphaned(group, None);
-        }
-        let child = spawn(command, &env, &waited).map_err(start_error)?;
-        // The thread inherits the blocked signals, so `wait` below gets them all.
-        std::thread::Builder::new()
-            .name("parent-watch".to_owned())
-            .spawn(move || {
-                loop {
-                    std::thread::sleep(PARENT_POLL);
-                    if getppid() != parent {
-                        orphaned(group, Some(child));
-                    }
-                }
-            })
-            .map_err(|err| TrampolineError::Supervise(format!("starting a thread: {err}")))?;
-        loop {
-            match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::Exited(_, code)) => return Ok(ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1))),
-                Ok(WaitStatus::Signaled(_, signal, _)) => return Ok(die_of(signal, &waited)),
-                Ok(_) => {}
-                Err(err) => return Err(failed("waiting for the command", err)),
-            }
-            let signal = waited.wait().map_err(|err| failed("waiting for a signal", err))?;
-            if PASSED_ON.contains(&signal) {
-                let _ = kill(child, signal);
-            }
-            // Whatever woke us (the death signal, or any other), the parent decides.
-            if getppid() != parent {
-                orphaned(group, Some(child));
-            }
-        }
-    }
-
-    /// Starts the command in our group, with an empty signal mask and the
-    /// default action for every signal we wait for (and SIGPIPE, which Rust
-    /// ignores).
-    fn spawn(command: &[OsString], env: &[(OsString, OsString)], waited: &SigSet) -> std::io::Result<Pid> {
-        let c_string = |bytes: &[u8]| {
-            CString::new(bytes).map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "a NUL byte"))
-        };
-        let argv = command.iter().map(|arg| c_string(arg.as_bytes())).collect::<Result<Vec<_>, _>>()?;
-        let Some(program) = argv.first() else { return Err(std::io::ErrorKind::InvalidInput.into()) };
-        let envp = env
-            .iter()
-            .map(|(name, value)| c_string(&[name.as_bytes(), b"=", value.as_bytes()].concat()))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut defaults = *waited;
-        defaults.add(Signal::SIGPIPE);
-        let mut attr = PosixSpawnAttr::init()?;
-        attr.set_sigmask(&SigSet::empty())?;
-        attr.set_sigdefault(&defaults)?;
-        attr.set_flags(PosixSpawnFlags::POSIX_SPAWN_SETSIGMASK | PosixSpawnFlags::POSIX_SPAWN_SETSIGDEF)?;
-        let actions = PosixSpawnFileActions::init()?;
-        Ok(posix_spawnp(program, &actions, &attr, &argv, &envp)?)
-    }
-
-    /// lathe is gone: everything in the group goes, this process included.
-    fn orphaned(group: Option<Pid>, child: Option<Pid>) -> ! {
-        match (group, child) {
-            (Some(group), _) => {
-                let _ = killpg(group, Signal::SIGKILL);
-            }
-            (None, Some(child)) => {
-                let _ = kill(child, Signal::SIGKILL);
-            }
-            (None, None) => {}
-        }
-        std::process::exit(137)
-    }
-
-    /// Ends this process by `signal`, as the command ended, without a core
-    /// dump of the trampoline. Where that cannot be (SIGPIPE, which Rust
-    /// ignores; a signal whose default is not to terminate), the exit code
-    /// a shell would give: 128 + the signal's number.
-    fn die_of(signal: Signal, waited: &SigSet) -> ExitCode {
-        use nix::sys::resource::{Resource, getrlimit, setrlimit};
-        if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_CORE) {
-            let _ = setrlimit(Resource::RLIMIT_CORE, 0, hard);
-        }
-        if waited.contains(signal) {
-            let _ = SigSet::from(signal).thread_unblock();
-        }
-        // Twice: std's stack-overflow handler takes a first SIGSEGV or
-        // SIGBUS that is not an overflow, restores the default and returns.
-        for _ in 0..2 {
-            let _ = nix::sys::signal::raise(signal);
-        }
-        ExitCode::from(u8::try_from(128 + signal as i32).unwrap_or(255))
-    }
 }
 
 #[cfg(test)]
@@ -635,9 +670,11 @@ mod tests {
             secret_vars: vec!["OPENAI_API_KEY".to_owned()],
             remove_env: vec!["*_TOKEN".to_owned()],
             keep_env: vec!["GH_TOKEN".to_owned()],
+            shell: None,
         };
         let args = ["-c".to_owned(), "echo hi".to_owned()];
-        let (program, wrapped) = Launcher::new(&settings).for_terminal("sh", &args, false).unwrap();
+        let line = CommandLine::new("sh", &args);
+        let (program, wrapped) = Launcher::new(&settings).for_terminal(&line, false).unwrap();
         assert_eq!(program, "/opt/lathe");
         assert_eq!(
             wrapped,
@@ -655,7 +692,7 @@ mod tests {
                 "echo hi"
             ]
         );
-        let (program, plain) = Launcher::unsupervised().for_terminal("sh", &args, false).unwrap();
+        let (program, plain) = Launcher::unsupervised().for_terminal(&line, false).unwrap();
         assert_eq!((program.as_str(), plain.as_slice()), ("sh", &args[..]));
 
         // Sandboxed: the session's policy follows the rule, before the command.
@@ -663,10 +700,10 @@ mod tests {
         let launcher = Launcher::for_session(&settings, &sandbox, &[PathBuf::from("/work/p")]);
         let Ok(policy) = launcher.sandbox().unwrap().policy() else {
             eprintln!("NOTE: no sandbox on this machine; checking that a sandboxed terminal is refused");
-            assert!(launcher.for_terminal("sh", &args, true).is_err());
+            assert!(launcher.for_terminal(&line, true).is_err());
             return;
         };
-        let (_, wrapped) = launcher.for_terminal("sh", &args, true).unwrap();
+        let (_, wrapped) = launcher.for_terminal(&line, true).unwrap();
         let policy_args: Vec<String> = policy.as_args().iter().map(|a| a.to_string_lossy().into_owned()).collect();
         assert_eq!(policy_args[..3], ["--sandbox", "--write", "/work/p"]);
         assert_eq!(policy_args.last().map(String::as_str), Some("--no-network"));
@@ -677,10 +714,11 @@ mod tests {
         let unsupervised = ChildSettings { supervisor: None, ..settings };
         let launcher = Launcher::for_session(&unsupervised, &sandbox, &[PathBuf::from("/work/p")]);
         assert_eq!(launcher.confinement(), Confinement::Off);
-        assert!(launcher.for_terminal("sh", &args, true).is_err());
+        assert!(launcher.for_terminal(&line, true).is_err());
     }
 
     /// Unsupervised children still lose the secrets and lead their own group.
+    #[cfg(unix)]
     #[tokio::test]
     async fn unsupervised_children_get_the_rule_and_a_group() {
         // A variable of ours that the shell does not set by itself.
@@ -697,12 +735,14 @@ mod tests {
             secret_vars: vec![secret.clone()],
             remove_env: Vec::new(),
             keep_env: Vec::new(),
+            shell: None,
         };
         let launcher = Launcher::new(&settings);
         // It waits for its stdin to close, so that its group can be looked at.
         let script = format!("echo \"secret=${{{secret}-unset}} added=$ADDED\"; read line");
+        let line = CommandLine::new("/bin/sh", &["-c".to_owned(), script]);
         let mut child = launcher
-            .spawn("/bin/sh", &["-c".to_owned(), script], false, |command| {
+            .spawn(&line, false, |command| {
                 command.env("ADDED", "yes").stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped());
             })
             .unwrap();
@@ -710,8 +750,88 @@ mod tests {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
         let fields: Vec<&str> = stat.rsplit_once(") ").unwrap().1.split_whitespace().collect();
         assert_eq!(fields[2], pid.to_string(), "it leads its own group: {stat}");
-        drop(child.stdin.take());
-        let output = child.wait_with_output().await.unwrap();
-        assert_eq!(String::from_utf8(output.stdout).unwrap(), "secret=unset added=yes\n");
+        drop(child.take_stdin());
+        let mut stdout = child.take_stdout().unwrap();
+        let mut output = String::new();
+        tokio::io::AsyncReadExt::read_to_string(&mut stdout, &mut output).await.unwrap();
+        assert_eq!(child.wait().await.unwrap(), Ending::Code(0));
+        assert_eq!(output, "secret=unset added=yes\n");
+    }
+
+    #[test]
+    fn endings_describe_themselves() {
+        assert_eq!(Ending::Code(3).describe(), "it exited with status 3");
+        let killed = Ending::Signal { number: 9, name: "SIGKILL".to_owned(), status: "signal: 9 (SIGKILL)".to_owned() };
+        assert_eq!(killed.describe(), "it was killed by signal 9");
+        assert_eq!(killed.code(), None);
+    }
+
+    /// The processes running, as (name, pid, parent pid), from `wmic`
+    /// (wine's `tasklist` prints nothing; wmic answers in UTF-16).
+    #[cfg(windows)]
+    fn processes() -> Vec<(String, u32, u32)> {
+        let listed = std::process::Command::new("wmic")
+            .args(["process", "get", "name,processid,parentprocessid", "/format:csv"])
+            .output()
+            .expect("wmic lists the processes");
+        let bytes = listed.stdout;
+        let text = if bytes.contains(&0) {
+            let units: Vec<u16> = bytes.chunks_exact(2).map(|pair| u16::from_le_bytes([pair[0], pair[1]])).collect();
+            String::from_utf16_lossy(&units)
+        } else {
+            String::from_utf8_lossy(&bytes).into_owned()
+        };
+        // Node,Name,ParentProcessId,ProcessId
+        text.lines()
+            .filter_map(|line| {
+                let fields: Vec<&str> = line.trim().trim_start_matches('\u{feff}').split(',').collect();
+                let [_, name, parent, pid] = fields[..] else { return None };
+                Some((name.to_owned(), pid.trim().parse().ok()?, parent.trim().parse().ok()?))
+            })
+            .collect()
+    }
+
+    /// A killed tree leaves nothing: `cmd /c ping` is killed, and the ping
+    /// it started with it (the job), though nothing killed the ping itself.
+    #[cfg(windows)]
+    #[tokio::test]
+    async fn a_killed_windows_tree_leaves_no_process() {
+        let line = CommandLine {
+            program: "cmd.exe".to_owned(),
+            args: vec!["/d".to_owned(), "/s".to_owned(), "/c".to_owned()],
+            verbatim: Some("\"ping -n 30 127.0.0.1\"".to_owned()),
+        };
+        let mut tree = Launcher::unsupervised()
+            .spawn(&line, false, |command| {
+                command.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null());
+            })
+            .unwrap();
+        let cmd = tree.id().unwrap();
+        // The first reply line means ping runs.
+        let mut stdout = tokio::io::BufReader::new(tree.take_stdout().unwrap());
+        let mut seen = String::new();
+        while !seen.contains("127.0.0.1") {
+            let mut line = String::new();
+            let read = tokio::io::AsyncBufReadExt::read_line(&mut stdout, &mut line).await.unwrap();
+            assert!(read > 0, "ping said nothing: {seen}");
+            seen.push_str(&line);
+        }
+        let ping = processes()
+            .into_iter()
+            .find(|(name, _, parent)| *parent == cmd && name.eq_ignore_ascii_case("ping.exe"))
+            .map(|(_, pid, _)| pid)
+            .expect("cmd started ping");
+        tree.kill();
+        let ending = tokio::time::timeout(std::time::Duration::from_secs(20), tree.wait()).await.unwrap().unwrap();
+        assert_eq!(ending, Ending::Code(1), "a terminated job's processes exit with 1");
+        tree.finish();
+        let alive = || processes().into_iter().filter(|(_, pid, _)| *pid == cmd || *pid == ping).collect::<Vec<_>>();
+        for _ in 0..100 {
+            if alive().is_empty() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        panic!("the tree outlived its kill: {:?}", alive());
     }
 }

@@ -1,0 +1,142 @@
+//! Process trees on Windows: each child is the root of a Job Object with
+//! `JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE` (process-wrap creates it suspended,
+//! assigns it, then resumes it, so no grandchild escapes the job). Killing
+//! terminates the job; dropping closes lathe's handle on it, and so does
+//! lathe's death: the system then kills the whole tree.
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use process_wrap::tokio::{ChildWrapper, CommandWrap, JobObject, KillOnDrop};
+use tokio::process::{ChildStderr, ChildStdin, ChildStdout, Command};
+use tokio::sync::Notify;
+
+use super::{Ending, EnvRule, TrampolineError};
+
+/// No trampoline for lathe's own children: the job's kill-on-close already
+/// ties the tree to lathe's life.
+pub(super) const SUPERVISED_BY_TRAMPOLINE: bool = false;
+
+/// Nothing to do before the start: the job is made at `spawn`.
+pub(super) fn prepare(_command: &mut Command) {}
+
+/// Appended exactly as written: `cmd.exe` parses its own command line, by
+/// rules std's quoting does not follow.
+pub(super) fn raw_arg(command: &mut Command, text: &str) {
+    command.raw_arg(text);
+}
+
+pub(super) fn spawn(command: Command) -> std::io::Result<Tree> {
+    let mut wrapped = CommandWrap::from(command);
+    wrapped.wrap(JobObject).wrap(KillOnDrop);
+    let child = wrapped.spawn()?;
+    Ok(Tree { child, kill: Arc::new(Notify::new()), finished: false })
+}
+
+/// The job's root process (inside process-wrap's job child, which holds the
+/// job's handle), and the kill requests of [`Killer`]s.
+pub(super) struct Tree {
+    child: Box<dyn ChildWrapper>,
+    kill: Arc<Notify>,
+    finished: bool,
+}
+
+impl Tree {
+    pub(super) fn take_stdio(&mut self) -> (Option<ChildStdin>, Option<ChildStdout>, Option<ChildStderr>) {
+        (self.child.stdin().take(), self.child.stdout().take(), self.child.stderr().take())
+    }
+
+    pub(super) fn id(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// The root's exit: process-wrap's own `wait` waits for every process
+    /// in the job, which is not lathe's rule (what the root left behind is
+    /// killed, not waited for), so this waits on the root inside it.
+    pub(super) async fn wait(&mut self) -> std::io::Result<Ending> {
+        loop {
+            let requested = {
+                let root = self.child.inner_mut().wait();
+                tokio::select! {
+                    status = root => return status.map(ending),
+                    () = self.kill.notified() => true,
+                }
+            };
+            if requested && !self.finished {
+                let _ = self.child.start_kill();
+            }
+        }
+    }
+
+    /// No polite signal for a windowless tree: a kill.
+    pub(super) fn terminate(&mut self) {
+        self.kill();
+    }
+
+    pub(super) fn kill(&mut self) {
+        if !self.finished {
+            // An error means the job is gone already; nothing else to do.
+            let _ = self.child.start_kill();
+        }
+    }
+
+    pub(super) fn finish(&mut self) {
+        self.kill();
+        self.finished = true;
+    }
+
+    pub(super) fn killer(&self) -> Killer {
+        Killer(Arc::clone(&self.kill))
+    }
+}
+
+/// Asks the task waiting on a tree to kill it.
+#[derive(Clone)]
+pub(super) struct Killer(Arc<Notify>);
+
+impl Killer {
+    pub(super) fn kill(&self) {
+        self.0.notify_one();
+    }
+}
+
+/// Windows exit statuses are codes (a killed job's processes exit with 1).
+pub(super) fn ending(status: std::process::ExitStatus) -> Ending {
+    match status.code() {
+        Some(code) => Ending::Code(code),
+        None => Ending::Unknown(status.to_string()),
+    }
+}
+
+/// The trampoline on Windows (editor terminals; lathe's own children never
+/// use it): no `exec`, so the command is started in a kill-on-close job of
+/// the trampoline's own, waited for, and its exit code returned. When the
+/// editor kills the trampoline, the job's handle closes and the tree dies.
+/// `--parent` needs nothing more: the job dies with the trampoline.
+pub(super) fn run_trampoline(
+    _parent: Option<u32>,
+    command: &[OsString],
+    rule: &EnvRule,
+    start_error: impl Fn(std::io::Error) -> TrampolineError,
+) -> Result<ExitCode, TrampolineError> {
+    let Some((program, rest)) = command.split_first() else {
+        return Err(start_error(std::io::ErrorKind::InvalidInput.into()));
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|err| TrampolineError::Supervise(format!("starting a runtime: {err}")))?;
+    runtime.block_on(async {
+        let mut exec = Command::new(program);
+        exec.args(rest);
+        for name in rule.removed_here() {
+            exec.env_remove(name);
+        }
+        let mut tree = spawn(exec).map_err(&start_error)?;
+        let ending = tree.wait().await.map_err(|err| TrampolineError::Supervise(format!("waiting: {err}")))?;
+        tree.finish();
+        let code = ending.code().unwrap_or(1);
+        Ok(ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1)))
+    })
+}
