@@ -15,7 +15,6 @@
 //! `cmd.exe` parses its own command line by rules std's argument quoting
 //! does not follow, so its line is passed verbatim (`/d /s /c "<line>"`).
 
-use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -150,7 +149,7 @@ impl Shell {
         if self.default {
             return None;
         }
-        let name = Path::new(&self.program).file_name().and_then(|name| name.to_str()).unwrap_or(&self.program);
+        let name = file_name(&self.program);
         Some(match self.kind {
             ShellKind::PowerShell if name.to_ascii_lowercase().starts_with("pwsh") => {
                 format!("PowerShell 7 (`{name}`): write PowerShell")
@@ -162,10 +161,16 @@ impl Shell {
     }
 }
 
+/// A program's file name, with either separator (a Windows path is read the
+/// same on every system).
+fn file_name(program: &str) -> &str {
+    program.rsplit(['/', '\\']).next().unwrap_or(program)
+}
+
 /// A shell's kind from its program's name.
 fn kind_of(program: &str) -> ShellKind {
-    let name = Path::new(program).file_stem().and_then(|name| name.to_str()).unwrap_or(program).to_ascii_lowercase();
-    match name.as_str() {
+    let name = file_name(program).to_ascii_lowercase();
+    match name.strip_suffix(".exe").unwrap_or(&name) {
         "pwsh" | "powershell" => ShellKind::PowerShell,
         "cmd" => ShellKind::Cmd,
         _ => ShellKind::Posix,
