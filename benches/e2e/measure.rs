@@ -795,6 +795,8 @@ enum CancelState {
     Shell,
     /// `ask_user` waiting for an elicitation form's answer.
     AskUser,
+    /// Two sub-agents (`task`) streaming at once (issue 27).
+    SubAgents,
 }
 
 async fn cancel(opts: &Options, report: &mut Report) {
@@ -805,6 +807,7 @@ async fn cancel(opts: &Options, report: &mut Report) {
         CancelState::Permission,
         CancelState::Shell,
         CancelState::AskUser,
+        CancelState::SubAgents,
     ] {
         cancel_state(opts, state, &mut rng, report).await;
     }
@@ -813,7 +816,8 @@ async fn cancel(opts: &Options, report: &mut Report) {
          Cancel points are random (xorshift, fixed seed): 0-29 ms after the first chunk while streaming (a delta \
          every ~1 ms); 0-9 ms after the first chunk of a stalled stream, after `session/request_permission` \
          arrives (never answered), after the shell tool's `sleep 60` is seen running (full-auto mode), and after \
-         `ask_user`'s `elicitation/create` arrives (never answered)."
+         `ask_user`'s `elicitation/create` arrives (never answered), and 0-29 ms after both of two sub-agents \
+         (`task`, client capability `subagents`) have streamed a chunk (a delta every ~1 ms each)."
             .to_owned(),
     );
 }
@@ -840,7 +844,11 @@ async fn cancel_state(opts: &Options, state: CancelState, rng: &mut Rng, report:
     let home = Home::new(&mock.base_url());
     let config = home.config.to_string_lossy().into_owned();
     let mut agent = AgentProcess::spawn_bin(&opts.bin, &["--config", &config], &[], home.path());
-    let capabilities = if state == CancelState::AskUser { json!({"elicitation": {"form": {}}}) } else { json!({}) };
+    let capabilities = match state {
+        CancelState::AskUser => json!({"elicitation": {"form": {}}}),
+        CancelState::SubAgents => json!({"subagents": {}}),
+        CancelState::Streaming | CancelState::Stalled | CancelState::Permission | CancelState::Shell => json!({}),
+    };
     let session = handshake(&mut agent, capabilities, &home.project).await;
     if state == CancelState::Shell {
         let id = agent.request("session/set_mode", json!({"sessionId": session, "modeId": "full-auto"})).await;
@@ -853,7 +861,24 @@ async fn cancel_state(opts: &Options, state: CancelState, rng: &mut Rng, report:
     let mut alive_after_grace = 0usize;
     let mut groups_seen = 0usize;
     for i in 0..opts.cancels {
+        let streaming = || {
+            let mut steps = vec![ev_role()];
+            for n in 0..200 {
+                steps.push(ev_text(&format!("w{n} ")));
+                steps.push(Step::Delay(Duration::from_millis(1)));
+            }
+            MockReply::Sse(steps)
+        };
         let (reply, max_delay_ms) = match state {
+            CancelState::SubAgents => {
+                let task = |k: usize| json!({"description": format!("job {k}"), "prompt": format!("job {k} of {i}")});
+                let calls = [(format!("call_t{i}a"), "task", task(0)), (format!("call_t{i}b"), "task", task(1))];
+                let calls: Vec<(&str, &str, Value)> =
+                    calls.iter().map(|(id, name, args)| (id.as_str(), *name, args.clone())).collect();
+                mock.push(tool_call_reply(&calls));
+                mock.push(streaming());
+                (streaming(), 30)
+            }
             CancelState::Streaming => {
                 // 200 deltas (over 200 ms) outlast the latest cancel point. A
                 // longer script costs the bench, not lathe: the mock drops
@@ -892,6 +917,18 @@ async fn cancel_state(opts: &Options, state: CancelState, rng: &mut Rng, report:
             CancelState::AskUser => {
                 wait_for(&mut agent, "elicitation", |m| m["method"] == "elicitation/create").await;
             }
+            CancelState::SubAgents => {
+                // Both children streaming (so neither reply is left queued
+                // for the next round): a chunk from each child session.
+                let mut children = std::collections::HashSet::new();
+                while children.len() < 2 {
+                    let chunk = wait_for(&mut agent, "a sub-agent's chunk", |m| {
+                        is_update(m, "agent_message_chunk") && m["params"]["sessionId"] != session.as_str()
+                    })
+                    .await;
+                    children.insert(chunk["params"]["sessionId"].to_string());
+                }
+            }
             CancelState::Shell => {
                 wait_for(&mut agent, "tool call in progress", |m| {
                     is_update(m, "tool_call_update") && m["params"]["update"]["status"] == "in_progress"
@@ -929,6 +966,7 @@ async fn cancel_state(opts: &Options, state: CancelState, rng: &mut Rng, report:
         CancelState::Permission => ("permission", "Cancel with a permission request pending"),
         CancelState::Shell => ("shell", "Cancel while `sleep 60` runs (shell tool)"),
         CancelState::AskUser => ("ask_user", "Cancel with an `ask_user` question open (elicitation form)"),
+        CancelState::SubAgents => ("subagents", "Cancel while two sub-agents stream (`task`)"),
     };
     report.check(
         &format!("cancel.{key}.answered_cancelled"),
