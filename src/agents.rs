@@ -324,14 +324,15 @@ mod tests {
 }
 
 #[cfg(test)]
-mod file_tests {
+pub(crate) mod file_tests {
     use std::io::Write as _;
     use std::sync::{Arc, Mutex};
 
     use super::*;
 
-    /// The log lines `run` writes (at warn), with a subscriber of its own.
-    fn warnings_of<T>(run: impl FnOnce() -> T) -> (T, String) {
+    /// The log lines `run` writes (at warn), with a subscriber of its own
+    /// (the skills' tests use it too).
+    pub(crate) fn warnings_of<T>(run: impl FnOnce() -> T) -> (T, String) {
         #[derive(Clone, Default)]
         struct Buffer(Arc<Mutex<Vec<u8>>>);
         impl std::io::Write for Buffer {

@@ -389,31 +389,7 @@ mod tests {
         assert!(load(&skill, "").is_err());
     }
 
-    /// The log lines `run` writes (at warn), with a subscriber of its own.
-    fn warnings_of<T>(run: impl FnOnce() -> T) -> (T, String) {
-        use std::sync::{Arc, Mutex};
-        #[derive(Clone, Default)]
-        struct Buffer(Arc<Mutex<Vec<u8>>>);
-        impl std::io::Write for Buffer {
-            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(bytes);
-                Ok(bytes.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let buffer = Buffer::default();
-        let writer = buffer.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::WARN)
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .finish();
-        let out = tracing::subscriber::with_default(subscriber, run);
-        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
-        (out, text)
-    }
+    use crate::agents::file_tests::warnings_of;
 
     fn skill_file(dir: &Path, folder: &str, text: &str) {
         std::fs::create_dir_all(dir.join(folder)).unwrap();
