@@ -14,15 +14,17 @@
 //! stamp      a file's identity and change stamp (the session index, checkpoints)
 //! private    files and folders only the user may read (sessions, traces)
 //! files      room taken on disk (sparse files), advisory locks, opens that never block
+//! sandbox    the command sandbox: a session's policy, what this system
+//!            enforces of it (Landlock on Linux, Seatbelt on macOS, none on
+//!            Windows), how a command is started in it
 //! console    the front ends' plumbing: stdout's raw handle, interrupts
 //! cpu        the CPU time a thread has used (the fetch tool's conversion budget)
 //! folders    the config and data folders by the platform's convention
 //! testing    (tests only) links, FIFOs, modes where the system has them, else skipped
 //! ```
 //!
-//! Process trees, the command sandbox and the shell join in the next phase
-//! (issue 26), once the Linux sandbox (issue 25) has settled `child.rs`,
-//! `sandbox.rs` and `tools/shell.rs`.
+//! Process trees and the shell join next (issue 26), from `child.rs` and
+//! `tools/shell.rs`.
 
 pub mod authority;
 pub mod console;
@@ -33,6 +35,7 @@ pub mod paths;
 pub mod private;
 pub mod process;
 pub mod shell;
+pub mod sandbox;
 pub mod stamp;
 #[cfg(test)]
 pub mod testing;

@@ -49,7 +49,7 @@
 //! trampoline arguments (`--sandbox --root <path>... --write <path>...
 //! --home <path> [--deny-read <path>...] [--no-network] [--without
 //! <part>...]`); the trampoline puts the sandbox on itself (a mount
-//! namespace, Landlock, a seccomp filter: see `crate::sandbox`) before it
+//! namespace, Landlock, a seccomp filter: see `crate::platform::sandbox`) before it
 //! starts the program, and refuses to start it when a part it was not told
 //! to leave out cannot be put on, or when Landlock enforces nothing. The
 //! restriction is inherited by the program and everything it starts. A
@@ -57,7 +57,7 @@
 //! unknown or cannot be started, the start fails.
 //!
 //! `lathe sandbox-exec --probe` tries every part of the sandbox on itself
-//! and prints what held (see `crate::sandbox::probe`).
+//! and prints what held (see `crate::platform::sandbox::probe`).
 //!
 //! Commands in an editor terminal go through the same trampoline without
 //! `--parent`: it removes the secrets from the editor's environment and
@@ -98,7 +98,7 @@
 //! `lathe sandbox-exec` (no `exec` on Windows): it scrubs the environment,
 //! starts the command in a kill-on-close job of its own and exits with its
 //! code, so when the editor kills it the tree goes too. There is no command
-//! sandbox on Windows (see `crate::sandbox`): a sandboxed start fails.
+//! sandbox on Windows (see `crate::platform::sandbox`): a sandboxed start fails.
 //! Exit statuses have no signals there ([`Ending::Code`] only).
 //!
 //! This module knows processes and environment variables, nothing of ACP,
@@ -113,9 +113,7 @@ use globset::{Glob, GlobSet, GlobSetBuilder};
 use tokio::process::{ChildStderr, ChildStdin, ChildStdout, Command};
 
 use crate::config::{ChildSettings, SandboxSettings};
-// The sandbox moves under the platform layer in its own change (issue 26,
-// the sandbox part); until then the trampoline takes it from where it is.
-use crate::sandbox::{Confinement, SandboxPart, SandboxPolicy, SessionSandbox};
+use crate::platform::sandbox::{Confinement, SandboxPart, SandboxPolicy, SessionSandbox};
 
 #[cfg(unix)]
 #[path = "unix.rs"]
@@ -125,7 +123,7 @@ mod sys;
 mod sys;
 
 /// The hidden subcommand of the `lathe` binary that runs [`sandbox_exec`].
-pub const TRAMPOLINE_SUBCOMMAND: &str = "sandbox-exec";
+pub use crate::platform::sandbox::TRAMPOLINE_SUBCOMMAND;
 
 /// Secrets lathe always knows of, whatever the configuration.
 const ALWAYS_SECRET: &str = "OPENAI_API_KEY";
@@ -213,7 +211,7 @@ impl Launcher {
     }
 
     /// The launcher for a session with these `roots`: as [`Launcher::new`],
-    /// with the session's sandbox (see `crate::sandbox`).
+    /// with the session's sandbox (see `crate::platform::sandbox`).
     pub fn for_session(children: &ChildSettings, sandbox: &SandboxSettings, roots: &[PathBuf]) -> Launcher {
         let mut launcher = Launcher::new(children);
         launcher.sandbox = Some(SessionSandbox::new(sandbox, roots, launcher.supervisor.as_deref()));
@@ -231,7 +229,7 @@ impl Launcher {
     }
 
     /// What sandboxed commands may not read (nothing without a session sandbox).
-    pub fn read_denials(&self) -> crate::sandbox::ReadDenials {
+    pub fn read_denials(&self) -> crate::platform::sandbox::ReadDenials {
         self.sandbox.as_ref().map(|sandbox| sandbox.read_denials().clone()).unwrap_or_default()
     }
 
@@ -315,8 +313,11 @@ impl Launcher {
 
     /// `lathe sandbox-exec --parent <pid> [sandbox] -- program args`.
     fn trampoline(&self, supervisor: &Path, line: &CommandLine, sandbox: Option<&SandboxPolicy>) -> Command {
-        let mut command = self.command(supervisor.as_os_str());
-        command.arg(TRAMPOLINE_SUBCOMMAND).arg("--parent").arg(std::process::id().to_string());
+        // What starts the trampoline in the sandbox, where the system's
+        // sandbox is put on before it (macOS); the trampoline itself else.
+        let (start, prefix) = crate::platform::sandbox::launch_prefix(sandbox, supervisor);
+        let mut command = self.command(&start);
+        command.args(prefix).arg(TRAMPOLINE_SUBCOMMAND).arg("--parent").arg(std::process::id().to_string());
         if let Some(policy) = sandbox {
             command.args(policy.as_args());
         }
@@ -339,9 +340,18 @@ impl Launcher {
         let mut command = vec![line.program.clone()];
         command.extend(line.args.iter().cloned());
         command.extend(line.verbatim.iter().cloned());
-        match self.supervisor.as_deref().and_then(Path::to_str) {
+        match self.supervisor.as_deref().filter(|supervisor| supervisor.to_str().is_some()) {
             Some(supervisor) => {
-                let mut wrapped = vec![TRAMPOLINE_SUBCOMMAND.to_owned()];
+                let (start, prefix) = crate::platform::sandbox::launch_prefix(policy, supervisor);
+                // A path in it that is not UTF-8 cannot cross ACP: refused,
+                // as dropping it could drop a denial.
+                let text = |arg: &OsStr| {
+                    arg.to_str().map(str::to_owned).ok_or_else(|| {
+                        std::io::Error::other("a sandbox path is not UTF-8, which an editor terminal cannot be given")
+                    })
+                };
+                let mut wrapped: Vec<String> = prefix.iter().map(|arg| text(arg)).collect::<Result<_, _>>()?;
+                wrapped.push(TRAMPOLINE_SUBCOMMAND.to_owned());
                 wrapped.extend(self.env.as_args());
                 if let Some(policy) = policy {
                     // ACP carries arguments as strings: a path that is not
@@ -351,7 +361,7 @@ impl Launcher {
                 }
                 wrapped.push("--".to_owned());
                 wrapped.extend(command);
-                Ok((supervisor.to_owned(), wrapped))
+                Ok((text(&start)?, wrapped))
             }
             None if sandboxed => {
                 Err(std::io::Error::other("the sandbox is applied by lathe's own executable, which is unknown"))
@@ -545,7 +555,7 @@ pub struct SandboxExecArgs {
     #[arg(long = "keep", value_name = "GLOB")]
     pub keep: Vec<String>,
     /// Put the sandbox on this process and the command first (see
-    /// `crate::sandbox`); refuse to run when it cannot be put on.
+    /// `crate::platform::sandbox`); refuse to run when it cannot be put on.
     #[arg(long)]
     pub sandbox: bool,
     /// A session root: the sandboxed command may read and write beneath
@@ -568,7 +578,7 @@ pub struct SandboxExecArgs {
     #[arg(long = "without", value_name = "PART", requires = "sandbox")]
     pub without: Vec<SandboxPart>,
     /// The abstract socket to hand the mount namespace to, so that this
-    /// process's exit does not wait for its teardown (see `crate::sandbox`).
+    /// process's exit does not wait for its teardown (see `crate::platform::sandbox`).
     #[arg(long = "ns-keeper", value_name = "NAME", requires = "sandbox")]
     pub ns_keeper: Option<String>,
     /// Try every part of the sandbox on this process, print what held (one
@@ -621,16 +631,16 @@ pub fn sandbox_exec(args: SandboxExecArgs) -> Result<ExitCode, TrampolineError> 
             .denying_reads(args.home.clone(), args.deny_read.clone())
             .without(&args.without)
             .kept_by(args.ns_keeper.clone());
-        crate::sandbox::apply(&policy).map_err(|err| TrampolineError::Sandbox(err.to_string()))?;
+        crate::platform::sandbox::apply(&policy).map_err(|err| TrampolineError::Sandbox(err.to_string()))?;
     }
     sys::run_trampoline(args.parent, &args.command, &rule, start_error)
 }
 
 /// `lathe sandbox-exec --probe`: what each part of the sandbox does on this
-/// machine, as the one line of JSON `crate::sandbox::probe` reads. The
+/// machine, as the one line of JSON `crate::platform::sandbox::probe` reads. The
 /// process must have a single thread, and exit afterwards.
 pub fn sandbox_probe() -> String {
-    serde_json::to_string(&crate::sandbox::probe_here()).unwrap_or_default()
+    serde_json::to_string(&crate::platform::sandbox::probe_here()).unwrap_or_default()
 }
 
 #[cfg(test)]

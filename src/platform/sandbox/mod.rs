@@ -1,7 +1,22 @@
-//! The sandbox commands run in (issues 14 and 25): a policy per session,
-//! applied by lathe's trampoline (`lathe sandbox-exec`, see `crate::platform::process`)
-//! before it starts the command, so that it binds the command and
-//! everything it starts and can never be lifted. In it a command:
+//! The sandbox commands run in (issues 14, 25 and 26): one seam, one
+//! implementation per system family. A session's policy
+//! ([`SandboxPolicy`]), what this machine enforces of it ([`Status`],
+//! [`Enforcement`]), what the permission policy is told ([`Confinement`],
+//! [`SessionSandbox`]), how a command is started in it ([`launch_prefix`],
+//! [`SandboxPolicy::as_args`]) and the reading of a failed command's output
+//! are the same everywhere; putting it on differs:
+//!
+//! - Linux (`landlock`): lathe's trampoline (`lathe sandbox-exec`, see
+//!   `crate::platform::process`) puts it on itself before it starts the command, so
+//!   that it binds the command and everything it starts and can never be
+//!   lifted;
+//! - macOS ([`seatbelt`]): `/usr/bin/sandbox-exec` puts a generated
+//!   Seatbelt profile on itself and then runs the trampoline, with the same
+//!   policy;
+//! - Windows and the rest ([`none`]): there is none, and the status says
+//!   why, so `auto` mode asks before commands.
+//!
+//! On Linux, in the sandbox a command:
 //!
 //! - creates, changes, renames or removes files only beneath the session
 //!   roots, the system temp directory, `/dev/shm`, the terminal and null
@@ -11,7 +26,7 @@
 //!   read rights, as an allow-list built around them);
 //! - with the network off (the default), makes no TCP connection or
 //!   listener (Landlock ABI 4), and no socket but a Unix one: no UDP, so no
-//!   DNS, no raw, packet or netlink socket ([`seccomp`]); and reaches no
+//!   DNS, no raw, packet or netlink socket (`seccomp`); and reaches no
 //!   abstract Unix socket outside the sandbox (Landlock ABI 6's scope);
 //! - signals no process outside the sandbox (Landlock ABI 6's scope);
 //! - cannot change what makes git or lathe run something later: a root's
@@ -40,18 +55,30 @@
 //! tells the model the sandbox may have refused it ([`suspected_denial`],
 //! [`suspected_network_failure`]).
 //!
-//! This module knows Landlock, seccomp, namespaces, paths and text; nothing
-//! of ACP, permissions or how processes are started.
+//! This module knows Landlock, seccomp, namespaces, Seatbelt, paths and
+//! text; nothing of ACP, permissions or how processes are supervised.
 
 pub mod protected;
+pub mod seatbelt;
 pub mod secrets;
 
 #[cfg(target_os = "linux")]
 pub mod keeper;
 #[cfg(target_os = "linux")]
+mod landlock;
+#[cfg(target_os = "linux")]
 mod namespaces;
 #[cfg(target_os = "linux")]
 mod seccomp;
+
+pub mod none;
+
+#[cfg(target_os = "linux")]
+use landlock as family;
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
+use none as family;
+#[cfg(target_os = "macos")]
+use seatbelt as family;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -59,21 +86,36 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{SANDBOX_UNAVAILABLE_ENV, SandboxMode, SandboxSettings};
+pub use family::{apply, probe_here};
+#[cfg(target_os = "linux")]
+pub use landlock::restrict_self;
 pub use secrets::ReadDenials;
 
-/// Device files and scratch space every sandboxed command may write: output
-/// thrown away, terminals, and the shared memory directory programs use
-/// like the temp directory (POSIX semaphores, Python's multiprocessing).
-/// Whether each is a directory (else a file, to which only file rights apply).
-const ALWAYS_WRITABLE: [(&str, bool); 7] = [
-    ("/dev/null", false),
-    ("/dev/zero", false),
-    ("/dev/full", false),
-    ("/dev/tty", false),
-    ("/dev/pts", true),
-    ("/dev/ptmx", false),
-    ("/dev/shm", true),
-];
+/// The hidden subcommand of the `lathe` binary that is lathe's trampoline
+/// (`lathe sandbox-exec`, see `crate::platform::process`): it supervises each command
+/// and, on Linux, puts the sandbox on.
+pub const TRAMPOLINE_SUBCOMMAND: &str = "sandbox-exec";
+
+/// Why there is no sandbox when lathe's own executable is unknown.
+const UNKNOWN_TRAMPOLINE: &str = "lathe's own executable is unknown, and the sandbox is applied by it";
+
+/// What `LATHE_SANDBOX_UNAVAILABLE` says, when it takes parts away.
+fn forced_off_why(settings: &SandboxSettings) -> String {
+    format!("{SANDBOX_UNAVAILABLE_ENV}={} is set", settings.force_unavailable.as_deref().unwrap_or_default())
+}
+
+/// The program and the arguments to start lathe's `trampoline` with so
+/// that it, and the command it runs, are confined by `policy` (none when
+/// `None`): the trampoline itself where it puts the sandbox on (Linux);
+/// `/usr/bin/sandbox-exec -p <profile> -D <NAME=path>... -- <trampoline>`
+/// where the sandbox is put on before it starts (macOS). The launcher adds
+/// the trampoline's own arguments, [`SandboxPolicy::as_args`] among them.
+pub fn launch_prefix(policy: Option<&SandboxPolicy>, trampoline: &Path) -> (OsString, Vec<OsString>) {
+    match policy {
+        Some(policy) => family::launch_prefix(policy, trampoline),
+        None => (trampoline.as_os_str().to_owned(), Vec::new()),
+    }
+}
 
 /// The trampoline's flag that turns the sandbox on.
 pub const SANDBOX_FLAG: &str = "--sandbox";
@@ -288,37 +330,12 @@ impl SandboxPolicy {
         ReadDenials::new(self.home.as_deref(), &self.deny_read)
     }
 
-    /// The policy as trampoline arguments (see `crate::platform::process`).
+    /// The policy as lathe's trampoline's arguments (see `crate::platform::process`):
+    /// what the trampoline puts on itself before it starts the command
+    /// (Linux); nothing where the sandbox is put on before the trampoline
+    /// starts ([`launch_prefix`]: macOS).
     pub fn as_args(&self) -> Vec<OsString> {
-        let mut args = vec![OsString::from(SANDBOX_FLAG)];
-        let mut flagged = |flag: &str, path: &Path| {
-            args.push(OsString::from(flag));
-            args.push(path.as_os_str().to_owned());
-        };
-        for root in &self.roots {
-            flagged(ROOT_FLAG, root);
-        }
-        for path in &self.writable {
-            flagged(WRITE_FLAG, path);
-        }
-        if let Some(home) = &self.home {
-            flagged(HOME_FLAG, home);
-        }
-        for path in &self.deny_read {
-            flagged(DENY_READ_FLAG, path);
-        }
-        if !self.network {
-            args.push(OsString::from(NO_NETWORK_FLAG));
-        }
-        for part in &self.without {
-            args.push(OsString::from(WITHOUT_FLAG));
-            args.push(OsString::from(part.name()));
-        }
-        if let Some(name) = &self.keeper {
-            args.push(OsString::from(NS_KEEPER_FLAG));
-            args.push(OsString::from(name));
-        }
-        args
+        family::trampoline_args(self)
     }
 
     /// One sentence for the model: where it may write, what it may not
@@ -484,178 +501,10 @@ pub enum SandboxError {
     /// The mount namespace could not be set up.
     #[error("the mount namespace: {0}")]
     Namespaces(String),
-    /// Not a Linux kernel.
-    #[error("the sandbox exists only on Linux")]
-    NotLinux,
-}
-
-/// Puts the whole `policy` on the calling process, which must have a
-/// single thread: the mount namespace (unless left out), then Landlock,
-/// then the seccomp filter (with the network off, unless left out). Fails,
-/// and the command must not run, when a part that was not left out cannot
-/// be put on, or when Landlock enforces nothing.
-#[cfg(target_os = "linux")]
-pub fn apply(policy: &SandboxPolicy) -> Result<(), SandboxError> {
-    if policy.applies(SandboxPart::Namespaces) {
-        let mounts = protected::mounts(&policy.roots, &policy.writable);
-        if !mounts.is_empty() {
-            namespaces::isolate(&mounts.read_only, &mounts.pinned).map_err(SandboxError::Namespaces)?;
-            if let Some(name) = &policy.keeper {
-                keeper::hand_over(name);
-            }
-        }
-    }
-    if let Err(why) = restrict_self(policy)? {
-        return Err(SandboxError::Unavailable(why));
-    }
-    if !policy.network && policy.applies(SandboxPart::Seccomp) {
-        seccomp::deny_sockets().map_err(SandboxError::Seccomp)?;
-    }
-    Ok(())
-}
-
-/// The sandbox exists only on Linux.
-#[cfg(not(target_os = "linux"))]
-pub fn apply(_policy: &SandboxPolicy) -> Result<(), SandboxError> {
-    Err(SandboxError::NotLinux)
-}
-
-/// Restricts the calling thread, and everything it starts from now on,
-/// with Landlock as `policy` says (writes, reads, TCP, scopes). Returns the
-/// kernel's ABI, or why Landlock enforced nothing (the caller decides
-/// whether to go on).
-#[cfg(target_os = "linux")]
-pub fn restrict_self(policy: &SandboxPolicy) -> Result<Result<i32, String>, SandboxError> {
-    use landlock::{
-        ABI, AccessFs, AccessNet, BitFlags, LandlockStatus, PathBeneath, Ruleset, RulesetAttr, RulesetCreated,
-        RulesetCreatedAttr, RulesetStatus, Scope,
-    };
-    /// What a rule's path must be: known to be a directory or a file (and
-    /// then no link is followed), a file where a link may lead (a device),
-    /// or either (links followed).
-    #[derive(Clone, Copy)]
-    enum Kind {
-        Directory,
-        File,
-        LinkedFile,
-        Either,
-    }
-    let failed = |err: landlock::RulesetError| SandboxError::Landlock(err.to_string());
-    // ABI 3's writes: not ABI 5's device ioctls, which would break programs
-    // that drive a GPU or a terminal and are no file writes.
-    let writes = AccessFs::from_write(ABI::V3);
-    let reads = AccessFs::ReadFile | AccessFs::ReadDir;
-    let mut ruleset = Ruleset::default().handle_access(writes | reads).map_err(failed)?;
-    if !policy.network {
-        ruleset = ruleset.handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp).map_err(failed)?;
-    }
-    // Abstract Unix sockets whatever the network: a local X server or bus
-    // listening on one takes input that ends up run (and lathe's own
-    // namespace keeper listens on one).
-    let mut ruleset =
-        ruleset.scope(Scope::Signal | Scope::AbstractUnixSocket).map_err(failed)?.create().map_err(failed)?;
-    // Every rule's descriptor stays open until this process execs or ends
-    // (they are close-on-exec): closing each would be one more system call
-    // per rule, at every command's start.
-    let mut opened: Vec<rustix::fd::OwnedFd> = Vec::new();
-    let mut rule = |ruleset: RulesetCreated, path: &Path, kind: Kind, access: BitFlags<AccessFs>| {
-        use rustix::fs::{FileType, Mode, OFlags, fstat, open};
-        let mut flags = OFlags::PATH | OFlags::CLOEXEC;
-        match kind {
-            Kind::Directory => flags |= OFlags::DIRECTORY | OFlags::NOFOLLOW,
-            Kind::File => flags |= OFlags::NOFOLLOW,
-            Kind::LinkedFile | Kind::Either => {}
-        }
-        let Ok(fd) = open(path, flags, Mode::empty()) else { return Ok(ruleset) };
-        let directory = match kind {
-            Kind::Directory => true,
-            Kind::File | Kind::LinkedFile => false,
-            Kind::Either => fstat(&fd).is_ok_and(|stat| FileType::from_raw_mode(stat.st_mode) == FileType::Directory),
-        };
-        // A rule with directory rights on a file is refused; a file rule on
-        // whatever is there now is harmless.
-        let access = if directory { access } else { access & AccessFs::from_file(ABI::V3) };
-        let added = ruleset.add_rule(PathBeneath::new(std::os::fd::AsFd::as_fd(&fd), access)).map_err(failed);
-        opened.push(fd);
-        added
-    };
-    // The read allow-list, never through a link (one swapped in since the
-    // directory was read): a link is judged where it leads.
-    let named = secrets::named(policy.home.as_deref(), &policy.deny_read);
-    let mut grants = secrets::readable_beneath(Path::new("/"), &named);
-    // The roots and writable paths as given (links followed, as named by
-    // the user or the session). One that the allow-list grants as it is (a
-    // directory, say the temp dir) gets a single rule with both rights:
-    // each rule costs microseconds at every command's start.
-    let mut granted_dir = |path: &Path| {
-        let found = grants.iter().position(|granted| granted.directory && granted.path == path);
-        found.map(|index| grants.swap_remove(index))
-    };
-    for root in &policy.roots {
-        let kind = if granted_dir(root).is_some() { Kind::Directory } else { Kind::Either };
-        ruleset = rule(ruleset, root, kind, reads | writes)?;
-    }
-    for path in &policy.writable {
-        ruleset = match granted_dir(path) {
-            Some(granted) => rule(ruleset, &granted.path, Kind::Directory, reads | writes)?,
-            None => rule(ruleset, path, Kind::Either, writes)?,
-        };
-    }
-    for (path, directory) in ALWAYS_WRITABLE {
-        ruleset = rule(ruleset, Path::new(path), if directory { Kind::Directory } else { Kind::LinkedFile }, writes)?;
-    }
-    for granted in &grants {
-        let kind = if granted.directory { Kind::Directory } else { Kind::File };
-        ruleset = rule(ruleset, &granted.path, kind, reads)?;
-    }
-    let status = ruleset.restrict_self().map_err(failed)?;
-    std::mem::forget(opened);
-    let abi = match status.landlock {
-        LandlockStatus::Available { effective_abi, kernel_abi } => kernel_abi.unwrap_or(effective_abi as i32),
-        LandlockStatus::NotEnabled => {
-            return Ok(Err(
-                "this kernel has Landlock but it is not enabled (add `landlock` to the `lsm=` boot parameter)".into(),
-            ));
-        }
-        LandlockStatus::NotImplemented => {
-            return Ok(Err("this kernel has no Landlock (Linux 5.13 or later has it)".into()));
-        }
-    };
-    Ok(match status.ruleset {
-        RulesetStatus::FullyEnforced | RulesetStatus::PartiallyEnforced => Ok(abi),
-        RulesetStatus::NotEnforced => Err(format!("Landlock ABI {abi} enforced nothing")),
-    })
-}
-
-/// Landlock exists only on Linux.
-#[cfg(not(target_os = "linux"))]
-pub fn restrict_self(_policy: &SandboxPolicy) -> Result<Result<i32, String>, SandboxError> {
-    Err(SandboxError::NotLinux)
-}
-
-/// The trampoline's probe mode (`lathe sandbox-exec --probe`): tries each
-/// part for real on this process (which must have a single thread and
-/// should exit afterwards) and says what held.
-#[cfg(target_os = "linux")]
-pub fn probe_here() -> Findings {
-    let temp = std::env::temp_dir();
-    let namespaces = namespaces::isolate(std::slice::from_ref(&temp), &[]);
-    let landlock = match restrict_self(&SandboxPolicy::new(vec![temp], false)) {
-        Ok(found) => found,
-        Err(err) => Err(err.to_string()),
-    };
-    let seccomp = seccomp::deny_sockets().and_then(|()| match std::net::UdpSocket::bind("127.0.0.1:0") {
-        Ok(_) => Err("the filter was installed, but a UDP socket still opens".to_owned()),
-        Err(_) => Ok(()),
-    });
-    Findings { landlock, seccomp, namespaces }
-}
-
-/// The sandbox exists only on Linux.
-#[cfg(not(target_os = "linux"))]
-pub fn probe_here() -> Findings {
-    let none = || Err("the sandbox exists only on Linux".to_owned());
-    Findings { landlock: none(), seccomp: none(), namespaces: none() }
+    /// This system's sandbox is not put on by the trampoline (macOS:
+    /// `sandbox-exec` puts it on before), or there is none: says which.
+    #[error("{0}")]
+    NotHere(&'static str),
 }
 
 /// What this machine can enforce, found once per process by running the
@@ -671,7 +520,7 @@ pub fn probe(trampoline: &Path) -> Findings {
         Findings { landlock: Err(why.clone()), seccomp: Err(why.clone()), namespaces: Err(why) }
     };
     let findings = match std::process::Command::new(trampoline)
-        .args([crate::platform::process::TRAMPOLINE_SUBCOMMAND, "--probe"])
+        .args([TRAMPOLINE_SUBCOMMAND, "--probe"])
         .stdin(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .output()
@@ -731,22 +580,21 @@ impl SessionSandbox {
     /// `trampoline` (lathe's own executable; without it nothing can be
     /// sandboxed). Probes the machine once per process.
     pub fn new(settings: &SandboxSettings, roots: &[PathBuf], trampoline: Option<&Path>) -> SessionSandbox {
-        let forced = settings.forced_off();
-        let mut tcp_rules = false;
         let status = if settings.mode == SandboxMode::Off {
             Status::unavailable("`[sandbox] mode = \"off\"`")
-        } else if let Some(trampoline) = trampoline {
-            let why = format!(
-                "{SANDBOX_UNAVAILABLE_ENV}={} is set",
-                settings.force_unavailable.as_deref().unwrap_or_default()
-            );
-            let findings = probe(trampoline).forcing_off(&forced, &why);
-            tcp_rules = findings.landlock.as_ref().is_ok_and(|abi| *abi >= 4);
-            findings.status(settings.network)
         } else {
-            Status::unavailable("lathe's own executable is unknown, and the sandbox is applied by it")
+            family::status(settings, trampoline)
         };
-        let policy = SandboxPolicy::for_session(roots, settings, &status.missing).with_tcp_rules(tcp_rules);
+        let tcp_rules = settings.mode != SandboxMode::Off && family::tcp_rules(settings, trampoline);
+        let mut sandbox = SessionSandbox::from_status(settings, roots, status);
+        sandbox.policy = sandbox.policy.with_tcp_rules(tcp_rules);
+        sandbox
+    }
+
+    /// The sandbox for a session with these `roots`, given what this
+    /// machine enforces (`status`, what [`SessionSandbox::new`] probes).
+    pub fn from_status(settings: &SandboxSettings, roots: &[PathBuf], status: Status) -> SessionSandbox {
+        let policy = SandboxPolicy::for_session(roots, settings, &status.missing).with_tcp_rules(false);
         let denials = policy.read_denials();
         SessionSandbox { mode: settings.mode, policy, status, denials }
     }
@@ -910,179 +758,9 @@ pub fn suspected_network_failure(output: &str) -> Option<String> {
     quoted_line(output, &NETWORK_PHRASES)
 }
 
-#[cfg(all(test, target_os = "linux"))]
+#[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Runs `body` on a thread restricted to `policy` by Landlock alone
-    /// (Landlock restricts the calling thread only, so the test process
-    /// stays free).
-    #[allow(clippy::unwrap_used)]
-    fn in_sandbox<T: Send + 'static>(
-        policy: SandboxPolicy,
-        body: impl FnOnce() -> T + Send + 'static,
-    ) -> (Result<i32, String>, T) {
-        std::thread::spawn(move || {
-            let found = restrict_self(&policy).unwrap();
-            (found, body())
-        })
-        .join()
-        .unwrap()
-    }
-
-    /// The kernel must have Landlock for these tests to mean anything; where
-    /// it has none, the test says so and checks that nothing is claimed.
-    #[allow(clippy::print_stderr)]
-    fn landlock_abi(found: &Result<i32, String>) -> Option<i32> {
-        match found {
-            Ok(abi) => Some(*abi),
-            Err(why) => {
-                eprintln!("NOTE: no Landlock on this kernel ({why}); checking the fallback only");
-                None
-            }
-        }
-    }
-
-    #[test]
-    fn writes_stay_inside_the_writable_paths() {
-        let root = tempfile::tempdir().unwrap();
-        let outside = tempfile::tempdir().unwrap();
-        std::fs::write(outside.path().join("kept"), "original").unwrap();
-        let policy = SandboxPolicy::new(vec![root.path().to_path_buf()], true);
-        let (root_path, outside_path) = (root.path().to_path_buf(), outside.path().to_path_buf());
-        let (found, results) = in_sandbox(policy, move || {
-            [
-                std::fs::write(root_path.join("x"), "ok").map_err(|e| e.kind()),
-                std::fs::write(outside_path.join("x"), "no").map_err(|e| e.kind()),
-                std::fs::remove_file(outside_path.join("kept")).map_err(|e| e.kind()),
-                std::fs::write(outside_path.join("kept"), "changed").map_err(|e| e.kind()),
-                std::fs::create_dir(outside_path.join("d")).map_err(|e| e.kind()),
-                std::fs::write("/dev/null", "discarded").map_err(|e| e.kind()),
-            ]
-        });
-        if landlock_abi(&found).is_none() {
-            return;
-        }
-        let denied = Err(std::io::ErrorKind::PermissionDenied);
-        assert_eq!(results, [Ok(()), denied, denied, denied, denied, Ok(())]);
-        assert_eq!(std::fs::read_to_string(outside.path().join("kept")).unwrap(), "original");
-        assert!(!outside.path().join("x").exists());
-        assert!(root.path().join("x").exists());
-        // Without denied reads, everything reads.
-        let reader = outside.path().join("kept");
-        let (_, read) = in_sandbox(SandboxPolicy::new(Vec::new(), true), move || std::fs::read_to_string(reader).ok());
-        assert_eq!(read.as_deref(), Some("original"));
-    }
-
-    /// Issue 25: the credentials beneath the home are unreadable, nested
-    /// ones too (`~/.config/gh` in a readable `~/.config`), and listing
-    /// them fails; the rest of the home and the system read as before; a
-    /// `deny_read` path is unreadable; a denied path inside a root reads.
-    #[test]
-    fn reads_are_an_allow_list_around_the_secrets() {
-        let home = tempfile::tempdir().unwrap();
-        let home = home.path().canonicalize().unwrap();
-        for (path, text) in [
-            (".ssh/id_ed25519", "key"),
-            (".config/gh/hosts.yml", "token"),
-            (".config/nvim/init.lua", "vim"),
-            (".cargo/credentials.toml", "cargo token"),
-            (".cargo/config.toml", "cargo config"),
-            ("notes/private.txt", "private"),
-            ("project/.ssh/x", "inside a root"),
-        ] {
-            std::fs::create_dir_all(home.join(path).parent().unwrap()).unwrap();
-            std::fs::write(home.join(path), text).unwrap();
-        }
-        let policy = SandboxPolicy::new(Vec::new(), true)
-            .with_roots(vec![home.join("project")])
-            .denying_reads(Some(home.clone()), vec![home.join("notes/private.txt"), home.join("project/.ssh")]);
-        let h = home.clone();
-        let (found, results) = in_sandbox(policy, move || {
-            let read = |path: &str| std::fs::read_to_string(h.join(path)).map_err(|e| e.kind());
-            let list = |path: &str| std::fs::read_dir(h.join(path)).map(drop).map_err(|e| e.kind());
-            (
-                [
-                    read(".ssh/id_ed25519"),
-                    read(".config/gh/hosts.yml"),
-                    read(".cargo/credentials.toml"),
-                    read("notes/private.txt"),
-                ],
-                [read(".config/nvim/init.lua"), read(".cargo/config.toml"), read("project/.ssh/x")],
-                [list(".ssh"), list(".config/gh")],
-                std::fs::read_to_string("/etc/hostname").is_ok() || std::fs::read_to_string("/etc/passwd").is_ok(),
-            )
-        });
-        if landlock_abi(&found).is_none() {
-            return;
-        }
-        let (denied, allowed, listed, system) = results;
-        let refused = Err(std::io::ErrorKind::PermissionDenied);
-        assert_eq!(denied, [refused.clone(), refused.clone(), refused.clone(), refused.clone()]);
-        assert_eq!(allowed, [Ok("vim".to_owned()), Ok("cargo config".to_owned()), Ok("inside a root".to_owned())]);
-        assert_eq!(listed, [Err(std::io::ErrorKind::PermissionDenied); 2]);
-        assert!(system, "the system reads");
-    }
-
-    #[test]
-    fn network_off_refuses_tcp() {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let address = listener.local_addr().unwrap();
-        let connect = move || std::net::TcpStream::connect(address).map(drop).map_err(|err| err.kind());
-        let (_, allowed) = in_sandbox(SandboxPolicy::new(Vec::new(), true), connect);
-        let (found, refused) = in_sandbox(SandboxPolicy::new(Vec::new(), false), connect);
-        assert_eq!(allowed, Ok(()));
-        match landlock_abi(&found) {
-            Some(abi) if abi >= 4 => assert_eq!(refused, Err(std::io::ErrorKind::PermissionDenied)),
-            Some(abi) => eprintln!("NOTE: Landlock ABI {abi} has no TCP rules; TCP not checked"),
-            None => {}
-        }
-    }
-
-    #[test]
-    fn the_policy_as_arguments() {
-        let settings = SandboxSettings {
-            network: false,
-            writable: vec![PathBuf::from("/c")],
-            home: Some(PathBuf::from("/home/u")),
-            deny_read: vec![PathBuf::from("/srv/keys")],
-            ..SandboxSettings::default()
-        };
-        let policy = SandboxPolicy::for_session(
-            &[PathBuf::from("/p"), PathBuf::from("/p")],
-            &settings,
-            &[SandboxPart::Namespaces],
-        );
-        let temp = settings.temp_dir.clone();
-        assert_eq!(policy.roots(), [PathBuf::from("/p")]);
-        assert_eq!(policy.writable(), [temp.clone(), PathBuf::from("/c")]);
-        let args: Vec<OsString> = policy.as_args();
-        let expected: Vec<OsString> = ["--sandbox", "--root", "/p", "--write"]
-            .into_iter()
-            .map(OsString::from)
-            .chain([temp.into_os_string()])
-            .chain(
-                [
-                    "--write",
-                    "/c",
-                    "--home",
-                    "/home/u",
-                    "--deny-read",
-                    "/srv/keys",
-                    "--no-network",
-                    "--without",
-                    "namespaces",
-                ]
-                .into_iter()
-                .map(OsString::from),
-            )
-            .collect();
-        assert_eq!(args, expected);
-        let described = policy.describe();
-        assert!(described.contains("`/p`") && described.contains("no network"), "{described}");
-        assert!(described.contains("`~/.ssh`"), "{described}");
-        assert!(!described.contains(".git/hooks"), "the mounts are left out: {described}");
-    }
 
     /// The model is told what is cut of the network on this machine, not
     /// more: everything but Unix sockets with the filter, TCP alone
@@ -1243,5 +921,40 @@ mod tests {
             [SandboxPart::Seccomp, SandboxPart::Namespaces]
         );
         assert!(SandboxPart::forced_off("0").is_empty());
+    }
+
+    /// Issue 26: where there is no sandbox (Windows), the status says why;
+    /// `auto` runs commands unconfined and so asks before each (the
+    /// permission table has `Off` asking), telling the user once why;
+    /// `required` refuses them; nothing is ever started in it.
+    #[test]
+    fn without_a_sandbox_auto_asks_and_says_why() {
+        let auto = SandboxSettings::default();
+        assert_eq!(auto.mode, SandboxMode::Auto);
+        let status = none::status(&auto, Some(Path::new("/opt/lathe")));
+        assert_eq!(status.enforcement, Enforcement::None);
+        assert_eq!(status.detail, none::REASON);
+        let sandbox = SessionSandbox::from_status(&auto, &[PathBuf::from("/p")], status.clone());
+        assert_eq!(sandbox.confinement(), Confinement::Off);
+        assert!(sandbox.policy().is_err());
+        assert_eq!(sandbox.describe_for_model(), None, "the model is not told of a sandbox");
+        let (title, body) = sandbox.notice().unwrap();
+        assert_eq!(title, "Commands run without a sandbox");
+        assert!(body.contains(none::REASON) && body.contains("each one asks first"), "{body}");
+        let required = SandboxSettings { mode: SandboxMode::Required, ..SandboxSettings::default() };
+        let sandbox = SessionSandbox::from_status(&required, &[PathBuf::from("/p")], status);
+        assert_eq!(sandbox.confinement(), Confinement::Refused(none::REASON.to_owned()));
+        // The trampoline there refuses to run a command it was to sandbox.
+        assert!(none::apply(&SandboxPolicy::new(Vec::new(), false)).is_err());
+    }
+
+    /// On a system of the `none` family this is what every session gets.
+    #[cfg(not(any(target_os = "linux", target_os = "macos")))]
+    #[test]
+    fn this_system_has_no_sandbox() {
+        let sandbox =
+            SessionSandbox::new(&SandboxSettings::default(), &[PathBuf::from("/p")], Some(Path::new("lathe")));
+        assert_eq!(sandbox.status().detail, none::REASON);
+        assert_eq!(sandbox.confinement(), Confinement::Off);
     }
 }

@@ -79,7 +79,7 @@ impl ReadDenials {
             let real_parent = match folders.iter().find(|(folder, _)| folder == parent) {
                 Some((_, real)) => real.clone(),
                 None => {
-                    let real = crate::fs_guard::Target::of(parent).real;
+                    let real = crate::platform::authority::Target::of(parent).real;
                     folders.push((parent.to_path_buf(), real.clone()));
                     real
                 }
@@ -87,7 +87,7 @@ impl ReadDenials {
             let candidate = real_parent.join(name);
             // The name and where it leads: a denied link and its target both.
             let is_link = std::fs::symlink_metadata(&candidate).is_ok_and(|found| found.file_type().is_symlink());
-            let real = if is_link { crate::fs_guard::Target::of(&candidate).real } else { candidate };
+            let real = if is_link { crate::platform::authority::Target::of(&candidate).real } else { candidate };
             paths.push(path);
             paths.push(real);
         }
@@ -125,7 +125,7 @@ pub fn named(home: Option<&Path>, extra: &[PathBuf]) -> Vec<PathBuf> {
         .into_iter()
         .flat_map(|home| HOME_SECRETS.iter().map(move |secret| home.join(secret)))
         .chain(extra.iter().filter(|path| path.is_absolute()).cloned())
-        .map(|path| crate::tools::paths::normalize(&path))
+        .map(|path| crate::platform::paths::normalize(&path))
         .filter(|path| path.parent().is_some())
         .collect()
 }
@@ -150,7 +150,7 @@ pub fn readable_beneath(top: &Path, denied: &[PathBuf]) -> Vec<Granted> {
         let granted = grant(top, &denied, &mut links);
         let mut followed = Vec::new();
         for link in links {
-            let real = crate::fs_guard::Target::of(&link).real;
+            let real = crate::platform::authority::Target::of(&link).real;
             for path in &denied {
                 if let Ok(rest) = path.strip_prefix(&link) {
                     followed.push(if rest.as_os_str().is_empty() { real.clone() } else { real.join(rest) });
@@ -271,7 +271,8 @@ mod tests {
                 "other/x",
             ],
         );
-        std::os::unix::fs::symlink(top.join("home/.ssh"), top.join("home/ssh-link")).unwrap();
+        // A link is never granted (where none can be made, nothing changes).
+        crate::platform::testing::symlink(top.join("home/.ssh"), top.join("home/ssh-link"));
         let home = top.join("home");
         let denials = ReadDenials::new(Some(&home), &[]);
         let granted = readable_beneath(&top, denials.paths());
@@ -304,8 +305,10 @@ mod tests {
         let top = tempfile::tempdir().unwrap();
         let top = top.path().canonicalize().unwrap();
         tree(&top, &["vault/key", "home/dotfiles/config/gh/hosts.yml", "home/dotfiles/config/nvim/init.lua", "home/a"]);
-        std::os::unix::fs::symlink(top.join("vault"), top.join("home/.ssh")).unwrap();
-        std::os::unix::fs::symlink("dotfiles/config", top.join("home/.config")).unwrap();
+        if !crate::platform::testing::symlink(top.join("vault"), top.join("home/.ssh")) {
+            return;
+        }
+        assert!(crate::platform::testing::symlink("dotfiles/config", top.join("home/.config")));
         let granted = readable_beneath(&top, &named(Some(&top.join("home")), &[]));
         let relative: Vec<String> =
             granted.iter().map(|granted| granted.path.strip_prefix(&top).unwrap().display().to_string()).collect();
@@ -318,7 +321,9 @@ mod tests {
         let top = tempfile::tempdir().unwrap();
         let top = top.path().canonicalize().unwrap();
         tree(&top, &["vault/key", "home/project/.ssh/x"]);
-        std::os::unix::fs::symlink(top.join("vault"), top.join("home/.ssh")).unwrap();
+        if !crate::platform::testing::symlink(top.join("vault"), top.join("home/.ssh")) {
+            return;
+        }
         let denials = ReadDenials::new(Some(&top.join("home")), &[top.join("home/project/.ssh")]);
         assert!(denials.paths().contains(&top.join("vault")), "{denials:?}");
         assert_eq!(denials.covering(&top.join("vault/key"), &[]), Some(top.join("vault").as_path()));
