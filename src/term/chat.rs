@@ -283,35 +283,31 @@ async fn turn(engine: &Engine, session: &Arc<Session>, line: String, input: &Arc
 /// event reader, which a question's key reading shares), a line at a time,
 /// and only while no question holds `input`.
 fn read_typed(stop: &AtomicBool, input: &tokio::sync::Mutex<()>, typed: &tokio::sync::mpsc::UnboundedSender<Typed>) {
-    use rustix::event::{PollFd, PollFlags, Timespec, poll};
-    use std::os::fd::AsFd as _;
-    let stdin = std::io::stdin();
-    let fd = stdin.as_fd();
+    use crate::platform::console::{StdinReady, read_stdin, stdin_ready};
     let mut pending: Vec<u8> = Vec::new();
-    let tick = Timespec { tv_sec: 0, tv_nsec: 50_000_000 };
+    let tick = Duration::from_millis(50);
     while !stop.load(Ordering::Relaxed) {
         let Ok(_reading) = input.try_lock() else {
             std::thread::sleep(Duration::from_millis(50));
             continue;
         };
-        let mut fds = [PollFd::new(&fd, PollFlags::IN)];
-        match poll(&mut fds, Some(&tick)) {
-            Ok(0) | Err(rustix::io::Errno::INTR) => continue,
-            Ok(_) => {}
+        match stdin_ready(tick) {
+            Ok(StdinReady::Nothing) => continue,
+            Ok(StdinReady::Readable) => {}
+            // Hung up or failed: nothing more will be typed.
+            Ok(StdinReady::Closed) => return,
             Err(err) => {
                 tracing::debug!(%err, "cannot read the terminal during a turn");
                 return;
             }
         }
-        if !fds[0].revents().contains(PollFlags::IN) {
-            // Hung up or failed: nothing more will be typed.
-            return;
-        }
         let mut buffer = [0u8; 4096];
-        let read = match rustix::io::read(fd, &mut buffer) {
+        let read = match read_stdin(&mut buffer) {
             Ok(0) => return,
             Ok(read) => read,
-            Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => continue,
+            Err(err) if matches!(err.kind(), std::io::ErrorKind::Interrupted | std::io::ErrorKind::WouldBlock) => {
+                continue;
+            }
             Err(err) => {
                 tracing::debug!(%err, "cannot read the terminal during a turn");
                 return;
