@@ -62,8 +62,8 @@ fn main() {
     let temp = std::env::temp_dir();
     let temp_arg = temp.to_str().unwrap();
     let home = std::env::var("HOME").unwrap_or_else(|_| "/nonexistent".to_owned());
-    // As lathe runs them: with its keeper of mount namespaces (see src/sandbox/keeper.rs).
-    let keeper = lathe::sandbox::keeper::Keeper::get().map(|keeper| keeper.name().to_owned());
+    // As lathe runs them: with its keeper of mount namespaces (see src/platform/sandbox/keeper.rs).
+    let keeper = lathe::sandbox::namespace_keeper();
     let unkept = ["--sandbox", "--root", root_arg, "--write", temp_arg, "--home", &home, "--no-network"];
     let mut session: Vec<&str> = unkept[..unkept.len() - 1].to_vec();
     if let Some(keeper) = &keeper {

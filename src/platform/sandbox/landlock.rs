@@ -194,6 +194,11 @@ pub(super) fn tcp_rules(settings: &SandboxSettings, trampoline: Option<&Path>) -
     })
 }
 
+/// The keeper's name (see `keeper`), started on first use.
+pub(super) fn namespace_keeper() -> Option<String> {
+    keeper::Keeper::get().map(|keeper| keeper.name().to_owned())
+}
+
 /// The Landlock trampoline is started as is: nothing runs before it.
 pub(super) fn launch_prefix(_policy: &SandboxPolicy, trampoline: &Path) -> (OsString, Vec<OsString>) {
     (trampoline.as_os_str().to_owned(), Vec::new())

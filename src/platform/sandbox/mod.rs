@@ -96,12 +96,20 @@ pub use secrets::ReadDenials;
 /// and, on Linux, puts the sandbox on.
 pub const TRAMPOLINE_SUBCOMMAND: &str = "sandbox-exec";
 
-/// Why there is no sandbox when lathe's own executable is unknown.
-const UNKNOWN_TRAMPOLINE: &str = "lathe's own executable is unknown, and the sandbox is applied by it";
+/// Why there is no sandbox when lathe's own executable is unknown (on
+/// Linux and macOS, which start commands in it through the trampoline).
+pub const UNKNOWN_TRAMPOLINE: &str = "lathe's own executable is unknown, and the sandbox is applied by it";
 
 /// What `LATHE_SANDBOX_UNAVAILABLE` says, when it takes parts away.
-fn forced_off_why(settings: &SandboxSettings) -> String {
+pub fn forced_off_why(settings: &SandboxSettings) -> String {
     format!("{SANDBOX_UNAVAILABLE_ENV}={} is set", settings.force_unavailable.as_deref().unwrap_or_default())
+}
+
+/// The name of this process's keeper of mount namespaces (see `keeper`),
+/// started on first use; `None` where there is none (systems without mount
+/// namespaces, or it could not start).
+pub fn namespace_keeper() -> Option<String> {
+    family::namespace_keeper()
 }
 
 /// The program and the arguments to start lathe's `trampoline` with so
@@ -294,14 +302,7 @@ impl SandboxPolicy {
             .with_roots(roots)
             .denying_reads(settings.home.clone(), settings.deny_read.clone())
             .without(missing);
-        #[cfg(target_os = "linux")]
-        let keeper = policy
-            .applies(SandboxPart::Namespaces)
-            .then(keeper::Keeper::get)
-            .flatten()
-            .map(|keeper| keeper.name().to_owned());
-        #[cfg(not(target_os = "linux"))]
-        let keeper = None;
+        let keeper = policy.applies(SandboxPart::Namespaces).then(namespace_keeper).flatten();
         policy.kept_by(keeper)
     }
 

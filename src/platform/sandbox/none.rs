@@ -33,6 +33,11 @@ pub fn tcp_rules(_settings: &SandboxSettings, _trampoline: Option<&Path>) -> boo
     false
 }
 
+/// No mount namespaces here.
+pub fn namespace_keeper() -> Option<String> {
+    None
+}
+
 /// Never asked for (the status says there is no sandbox); the trampoline
 /// as it is.
 pub fn launch_prefix(_policy: &SandboxPolicy, trampoline: &Path) -> (OsString, Vec<OsString>) {

@@ -223,7 +223,7 @@ pub fn profile(inputs: &Inputs) -> Profile {
 }
 
 #[cfg(target_os = "macos")]
-pub use macos::{apply, launch_prefix, probe_here, status, trampoline_args};
+pub use macos::{apply, launch_prefix, namespace_keeper, probe_here, status, trampoline_args};
 
 #[cfg(target_os = "macos")]
 mod macos {
@@ -310,6 +310,11 @@ mod macos {
     pub fn launch_prefix(policy: &SandboxPolicy, trampoline: &Path) -> (OsString, Vec<OsString>) {
         let profile = profile(&Inputs::of(policy));
         (OsString::from(SANDBOX_EXEC), profile.arguments(trampoline))
+    }
+
+    /// Seatbelt needs no mount namespace.
+    pub fn namespace_keeper() -> Option<String> {
+        None
     }
 
     /// The trampoline puts nothing on: it already runs in the sandbox.
