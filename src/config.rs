@@ -52,7 +52,7 @@ pub struct Config {
     pub data_dir: Option<PathBuf>,
     /// How lathe starts processes (`[child_env]`, and lathe's own executable).
     pub children: ChildSettings,
-    /// The sandbox commands run in (`[sandbox]`, see `crate::sandbox`).
+    /// The sandbox commands run in (`[sandbox]`, see `crate::platform::sandbox`).
     pub sandbox: SandboxSettings,
     /// The model servers found running on this machine when there was no
     /// configuration at all (see `crate::discover`), described for messages;
@@ -200,7 +200,7 @@ pub struct SandboxSettings {
     /// config was loaded with, else `/tmp`.
     pub temp_dir: PathBuf,
     /// The home directory whose credentials sandboxed commands cannot read
-    /// (see `crate::sandbox::secrets`); `None` when `HOME` is not set.
+    /// (see `crate::platform::sandbox::secrets`); `None` when `HOME` is not set.
     pub home: Option<PathBuf>,
     /// More paths sandboxed commands cannot read, absolute: `[sandbox]
     /// deny_read`, lathe's own config and data folders, the config file.
@@ -226,8 +226,8 @@ impl Default for SandboxSettings {
 
 impl SandboxSettings {
     /// The parts of the sandbox lathe acts as if it lacked ([`SANDBOX_UNAVAILABLE_ENV`]).
-    pub fn forced_off(&self) -> Vec<crate::sandbox::SandboxPart> {
-        self.force_unavailable.as_deref().map(crate::sandbox::SandboxPart::forced_off).unwrap_or_default()
+    pub fn forced_off(&self) -> Vec<crate::platform::sandbox::SandboxPart> {
+        self.force_unavailable.as_deref().map(crate::platform::sandbox::SandboxPart::forced_off).unwrap_or_default()
     }
 }
 
@@ -1781,7 +1781,7 @@ mod tests {
         assert_eq!(sandbox.deny_read, expected.map(PathBuf::from));
         assert_eq!(sandbox.home.as_deref(), Some(Path::new("/home/u")));
         assert_eq!(sandbox.temp_dir, PathBuf::from("/scratch"));
-        assert_eq!(sandbox.forced_off(), [crate::sandbox::SandboxPart::Seccomp]);
+        assert_eq!(sandbox.forced_off(), [crate::platform::sandbox::SandboxPart::Seccomp]);
         let relative = Config::from_toml_str(
             "[models.m]\nbase_url = \"http://x/v1\"\nmodel = \"a\"\n[sandbox]\ndeny_read = [\"keys\"]\n",
             Path::new("/c.toml"),

@@ -33,8 +33,8 @@ use crate::model::{
     Message, ModelClient, ModelError, ModelErrorKind, ModelOutput, StreamDecoder, ToolDefinition, UserPart,
     WindowSource,
 };
+use crate::platform::sandbox::Enforcement;
 use crate::redact::Redactor;
-use crate::sandbox::Enforcement;
 
 /// Longest any one model request of the doctor may take, start to end.
 pub const CHECK_TIMEOUT: Duration = Duration::from_secs(60);
@@ -546,7 +546,8 @@ async fn check_mcp(report: &mut Report, config: &Config) {
 fn check_sandbox(report: &mut Report, config: &Config) {
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
     let trampoline = config.children.supervisor.as_deref();
-    let sandbox = crate::sandbox::SessionSandbox::new(&config.sandbox, std::slice::from_ref(&cwd), trampoline);
+    let sandbox =
+        crate::platform::sandbox::SessionSandbox::new(&config.sandbox, std::slice::from_ref(&cwd), trampoline);
     let status = sandbox.status();
     let mode = config.sandbox.mode;
     // What a command in it may do, as the model is told.

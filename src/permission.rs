@@ -13,9 +13,9 @@
 //! Two kinds of path ask in every mode but full-auto, whatever was
 //! remembered, and the question says why ([`Policy::caution`]): writing
 //! what makes git or lathe run something later (a hook, git's config,
-//! `.lathe/`: `crate::sandbox::protected`, the same list the sandbox mounts
+//! `.lathe/`: `crate::platform::sandbox::protected`, the same list the sandbox mounts
 //! read-only), and reading what the sandbox keeps from commands (credentials
-//! and lathe's own files: `crate::sandbox::secrets`), so that the boundary
+//! and lathe's own files: `crate::platform::sandbox::secrets`), so that the boundary
 //! does not depend on the tool the model picks.
 //!
 //! Also the [`Approver`] seam through which the agent asks the user; `acp`
@@ -28,8 +28,8 @@ use std::path::PathBuf;
 use futures_util::future::BoxFuture;
 
 use crate::fs_guard::Target;
-use crate::sandbox::protected::{self, Protection};
-use crate::sandbox::{Confinement, ReadDenials};
+use crate::platform::sandbox::protected::{self, Protection};
+use crate::platform::sandbox::{Confinement, ReadDenials};
 use crate::tools::shell::CommandRule;
 use crate::tools::{Access, DisplayContent, Location, Tool, ToolKind, paths, shell};
 

@@ -52,7 +52,7 @@ pub struct Environment<'a> {
     /// The day the session started, e.g. `Wed, 02 Dec 2026`.
     pub date: &'a str,
     /// What the command sandbox is, one sentence (see
-    /// `crate::sandbox::SessionSandbox::describe_for_model`); `None` when
+    /// `crate::platform::sandbox::SessionSandbox::describe_for_model`); `None` when
     /// commands run without one.
     pub sandbox: Option<&'a str>,
     /// Which shell commands run in, when it is not `sh` (see

@@ -196,8 +196,9 @@ pub fn open_session(
     let Start { messages, choices, mode, journal, system, waiting, cost } = start;
     let roots: Vec<PathBuf> =
         std::iter::once(placement.cwd.clone()).chain(placement.additional_directories.iter().cloned()).collect();
-    let sandbox = crate::sandbox::SessionSandbox::new(&config.sandbox, &roots, config.children.supervisor.as_deref())
-        .describe_for_model();
+    let sandbox =
+        crate::platform::sandbox::SessionSandbox::new(&config.sandbox, &roots, config.children.supervisor.as_deref())
+            .describe_for_model();
     let date = Environment::today();
     // Once per process (on Windows the first call runs the candidates).
     let shell = crate::platform::shell::Shell::for_config(config.children.shell.as_deref()).for_prompt();

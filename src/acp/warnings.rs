@@ -53,7 +53,7 @@ impl Warnings {
         );
     }
 
-    /// A warning with this title and text (e.g. the command sandbox's, see `crate::sandbox`).
+    /// A warning with this title and text (e.g. the command sandbox's, see `crate::platform::sandbox`).
     pub(super) fn warn(&self, session_id: &str, title: &str, description: &str) {
         self.notice(session_id, NoticeSeverity::Warning, title, description);
     }

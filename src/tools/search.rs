@@ -27,7 +27,7 @@
 //! that check and the walker's own read remains.
 //!
 //! A walk leaves out what sandboxed commands may not read (credentials,
-//! lathe's own files: `crate::sandbox::secrets`) and says so, unless the
+//! lathe's own files: `crate::platform::sandbox::secrets`) and says so, unless the
 //! walk's base lies in such a path (the user was asked about it) or the
 //! entry lies inside a session root ([`KeptOut`]).
 
@@ -52,7 +52,7 @@ use super::{Access, Description, DisplayContent, Location, Refusal, ToolContext,
 use super::{lenient, paths};
 use crate::cancel::{Cancelled, OrCancel as _};
 use crate::platform::authority::{Found, Target, open_searchable};
-use crate::sandbox::ReadDenials;
+use crate::platform::sandbox::ReadDenials;
 use crate::sync::lock;
 
 /// Deepest `depth` `list_directory` accepts; deeper trees are `glob`'s job.
