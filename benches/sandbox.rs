@@ -63,7 +63,7 @@ fn main() {
     let temp_arg = temp.to_str().unwrap();
     let home = std::env::var("HOME").unwrap_or_else(|_| "/nonexistent".to_owned());
     // As lathe runs them: with its keeper of mount namespaces (see src/platform/sandbox/keeper.rs).
-    let keeper = lathe::sandbox::namespace_keeper();
+    let keeper = lathe::platform::sandbox::namespace_keeper();
     let unkept = ["--sandbox", "--root", root_arg, "--write", temp_arg, "--home", &home, "--no-network"];
     let mut session: Vec<&str> = unkept[..unkept.len() - 1].to_vec();
     if let Some(keeper) = &keeper {
@@ -102,7 +102,7 @@ fn main() {
         assert!(status.success(), "{program:?} {args:?}: {status}");
         (elapsed, children_cpu().saturating_sub(cpu_before))
     };
-    let findings = lathe::sandbox::probe(&lathe);
+    let findings = lathe::platform::sandbox::probe(&lathe);
     eprintln!("sandbox: {}", findings.status(false).detail);
     let load_before = loadavg();
     let mut walls: Vec<Vec<Duration>> = vec![Vec::with_capacity(runs); variants.len()];

@@ -100,10 +100,6 @@ pub mod prompt;
 pub mod redact;
 pub mod rpc;
 pub mod rules;
-/// The command sandbox's old place: it is [`platform::sandbox`] (issue 26);
-/// the name stays for the callers being moved in parallel (`child.rs`,
-/// `tools/shell.rs`) and for the Linux sandbox tests.
-pub use platform::sandbox;
 pub mod session;
 pub mod setup;
 pub mod skills;

@@ -23,8 +23,8 @@
 //! testing    (tests only) links, FIFOs, modes where the system has them, else skipped
 //! ```
 //!
-//! Process trees and the shell join next (issue 26), from `child.rs` and
-//! `tools/shell.rs`.
+//! The process trees (`process`, from `child.rs`) and the shell (`shell`)
+//! are issue 26's too.
 
 pub mod authority;
 pub mod console;
@@ -34,8 +34,8 @@ pub mod folders;
 pub mod paths;
 pub mod private;
 pub mod process;
-pub mod shell;
 pub mod sandbox;
+pub mod shell;
 pub mod stamp;
 #[cfg(test)]
 pub mod testing;

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use lathe::config::Config;
 use lathe::doctor::{DoctorArgs, Report, Status};
-use lathe::sandbox::Enforcement;
+use lathe::platform::sandbox::Enforcement;
 use serde_json::{Value, json};
 
 use crate::support::mcp_server::{Fixture, HttpMcpServer};
@@ -61,7 +61,7 @@ async fn the_sandbox_line_says_what_it_enforces() {
     config.children.supervisor = Some(std::path::PathBuf::from(env!("CARGO_BIN_EXE_lathe")));
     let report = doctor(config, data.path()).await;
     let line = report.find("sandbox", None).unwrap();
-    let findings = lathe::sandbox::probe(Path::new(env!("CARGO_BIN_EXE_lathe")));
+    let findings = lathe::platform::sandbox::probe(Path::new(env!("CARGO_BIN_EXE_lathe")));
     let status = findings.status(false);
     match status.enforcement {
         Enforcement::Full => {

@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use lathe::sandbox::{Enforcement, probe};
+use lathe::platform::sandbox::{Enforcement, probe};
 use serde_json::{Value, json};
 
 use crate::support::acp_client::{agent_text, final_status, prompt, updates_for};

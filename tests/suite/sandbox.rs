@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use lathe::sandbox::{Enforcement, SandboxPart, probe};
+use lathe::platform::sandbox::{Enforcement, SandboxPart, probe};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
