@@ -223,7 +223,7 @@ pub fn profile(inputs: &Inputs) -> Profile {
 }
 
 #[cfg(target_os = "macos")]
-pub use macos::{apply, launch_prefix, namespace_keeper, probe_here, status, trampoline_args};
+pub use macos::{apply, launch_prefix, namespace_keeper, probe_here, status, tcp_rules, trampoline_args};
 
 #[cfg(target_os = "macos")]
 mod macos {
