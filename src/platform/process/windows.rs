@@ -2,15 +2,18 @@
 //! `JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE` (process-wrap creates it suspended,
 //! assigns it, then resumes it, so no grandchild escapes the job). Killing
 //! terminates the job; dropping closes lathe's handle on it, and so does
-//! lathe's death: the system then kills the whole tree.
+//! lathe's death: the system then kills the whole tree. Each is started
+//! with `CREATE_NO_WINDOW`: lathe has no console when an editor starts it,
+//! and a console program started without the flag opens a window.
 
 use std::ffi::OsString;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use process_wrap::tokio::{ChildWrapper, CommandWrap, JobObject, KillOnDrop};
+use process_wrap::tokio::{ChildWrapper, CommandWrap, CreationFlags, JobObject, KillOnDrop};
 use tokio::process::{ChildStderr, ChildStdin, ChildStdout, Command};
 use tokio::sync::Notify;
+use windows::Win32::System::Threading::CREATE_NO_WINDOW;
 
 use super::{Ending, EnvRule, TrampolineError};
 
@@ -29,7 +32,7 @@ pub(super) fn raw_arg(command: &mut Command, text: &str) {
 
 pub(super) fn spawn(command: Command) -> std::io::Result<Tree> {
     let mut wrapped = CommandWrap::from(command);
-    wrapped.wrap(JobObject).wrap(KillOnDrop);
+    wrapped.wrap(CreationFlags(CREATE_NO_WINDOW)).wrap(JobObject).wrap(KillOnDrop);
     let child = wrapped.spawn()?;
     Ok(Tree { child, kill: Arc::new(Notify::new()), finished: false })
 }
