@@ -140,6 +140,78 @@ pub(super) fn run_trampoline(
         let ending = tree.wait().await.map_err(|err| TrampolineError::Supervise(format!("waiting: {err}")))?;
         tree.finish();
         let code = ending.code().unwrap_or(1);
-        Ok(ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1)))
+        match u8::try_from(code) {
+            Ok(byte) => Ok(ExitCode::from(byte)),
+            // `ExitCode` holds a byte; a Windows exit code is 32 bits (a
+            // crash's NTSTATUS, 0xC0000005, comes as a negative i32), and
+            // the editor must see it whole, not its low byte (which may be 0).
+            // Nothing is left to drop: the tree is finished.
+            Err(_) => std::process::exit(code),
+        }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    use crate::platform::process::{CommandLine, Launcher, Spawned};
+
+    /// A command whose child, started in the background and outliving it
+    /// unless its tree is killed, appends to `beat.txt` as fast as it can,
+    /// while the command itself spins. Returns once the child is writing.
+    async fn a_command_with_a_busy_child(dir: &Path) -> Spawned {
+        std::fs::write(dir.join("beat.cmd"), "@echo off\r\n:loop\r\necho x>>\"%~dp0beat.txt\"\r\ngoto loop\r\n")
+            .unwrap();
+        std::fs::write(
+            dir.join("root.cmd"),
+            "@echo off\r\nstart \"\" /b cmd /c \"%~dp0beat.cmd\"\r\n:spin\r\ngoto spin\r\n",
+        )
+        .unwrap();
+        let line = CommandLine::new("cmd", &["/c".to_owned(), dir.join("root.cmd").display().to_string()]);
+        let child = Launcher::unsupervised()
+            .spawn(&line, false, |command| {
+                command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+            })
+            .unwrap();
+        let started = Instant::now();
+        while beat(dir) == 0 {
+            assert!(started.elapsed() < Duration::from_secs(60), "the child never wrote");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        child
+    }
+
+    fn beat(dir: &Path) -> u64 {
+        std::fs::metadata(dir.join("beat.txt")).map(|meta| meta.len()).unwrap_or(0)
+    }
+
+    /// Whether anything still appends to `beat.txt`, once the kill has had
+    /// a moment to land: its size stays the same over half a second.
+    async fn still_beating(dir: &Path) -> bool {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let before = beat(dir);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        beat(dir) != before
+    }
+
+    /// Issue 26: a killed command takes the processes it started with it
+    /// (the job is terminated, not only its root), and so does dropping it
+    /// (lathe's cancel paths). Without the Job Object the background child
+    /// goes on writing. Runs under wine on Linux (`.ci/run`).
+    #[tokio::test]
+    async fn a_killed_or_dropped_command_leaves_no_process_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = a_command_with_a_busy_child(dir.path()).await;
+        child.kill();
+        let ending = tokio::time::timeout(Duration::from_secs(10), child.wait()).await.unwrap().unwrap();
+        assert!(!still_beating(dir.path()).await, "a child outlived the kill ({})", ending.describe());
+
+        let dir = tempfile::tempdir().unwrap();
+        let child = a_command_with_a_busy_child(dir.path()).await;
+        drop(child);
+        assert!(!still_beating(dir.path()).await, "a child outlived the drop");
+    }
 }
