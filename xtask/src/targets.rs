@@ -55,9 +55,6 @@ const PLATFORM_ISSUE: &str = "not yet proven on its own system (issue 26: linted
      the Windows code run only as the mingw build under wine, never on a Mac or by MSVC); \
      the release workflow builds it on its runner; pass --include-unready to try";
 
-const WINDOWS_BUILD: &str = "lathe's library does not build for Windows yet (issue 26: the sandbox \
-     module's move under src/platform is not merged); pass --include-unready to try";
-
 /// Every target, in the order the registry lists platforms. When two
 /// targets give one platform (Windows x86_64 from MSVC and from mingw), the
 /// first listed is the one the registry entry names.
@@ -115,7 +112,7 @@ pub const TARGETS: &[Target] = &[
         platform: "windows-x86_64",
         format: Format::Zip,
         builder: Builder::Mingw,
-        unready: Some(WINDOWS_BUILD),
+        unready: None,
     },
 ];
 
@@ -209,7 +206,7 @@ mod tests {
     #[test]
     fn the_mingw_build_is_run_under_wine_on_linux() {
         let gnu = Target::find("x86_64-pc-windows-gnu").unwrap();
-        assert_eq!(gnu.unready, Some(WINDOWS_BUILD), "ready once the library builds for Windows");
+        assert_eq!(gnu.unready, None, "lathe builds for Windows (issue 26's platform layer)");
         assert_eq!(gnu.format, Format::Zip);
         let linux_x86_64 = std::env::consts::OS == "linux" && std::env::consts::ARCH == "x86_64";
         assert_eq!(gnu.runner_here(), linux_x86_64.then_some("wine"));
