@@ -313,11 +313,13 @@ pub fn write_registry(project: &Project, dist: &Path, out: &Path, urls: &UrlArgs
     if !same {
         std::fs::copy(&icon, &copy).context("copying icon.svg")?;
     }
-    let platforms: Vec<&str> = TARGETS
+    let mut platforms: Vec<&str> = TARGETS
         .iter()
         .filter(|t| entry["distribution"]["binary"].get(t.platform).is_some())
         .map(|t| t.platform)
         .collect();
+    // Two targets give windows-x86_64 (MSVC and mingw): named once.
+    platforms.dedup();
     eprintln!("xtask: {} for {} ({})", out.join("agent.json").display(), platforms.join(", "), base_url);
     Ok(())
 }
