@@ -216,11 +216,13 @@ mod tests {
         assert_eq!(first.triple, "x86_64-pc-windows-msvc");
     }
 
-    /// `.github/workflows/release.yml`'s build matrix has one row per
+    /// `.github/workflows/release.yml`'s build matrix has a row for every
     /// registry platform, each a target of this table (the first for its
-    /// platform, as the entry names), and its `ready` says what `unready`
-    /// says: a row marked ready that dist skips, or the other way round,
-    /// would publish a release without that platform or fail it.
+    /// platform, as the entry names, or a later one standing in while the
+    /// first is unready: the mingw build for windows-x86_64), and its
+    /// `ready` says what `unready` says: a row marked ready that dist
+    /// skips, or the other way round, would publish a release without that
+    /// platform or fail it.
     #[test]
     fn the_release_matrix_is_the_target_table() {
         let workflow = std::fs::read_to_string(
@@ -243,11 +245,17 @@ mod tests {
                 let target = Target::find(triple).unwrap_or_else(|| panic!("{triple} is not in TARGETS"));
                 assert_eq!(*ready, target.unready.is_none(), "{triple}: ready in release.yml vs unready in TARGETS");
                 let first = TARGETS.iter().find(|t| t.platform == target.platform).unwrap();
-                assert_eq!(first.triple, target.triple, "{} is built from {}", target.platform, first.triple);
+                assert!(
+                    first.triple == target.triple || first.unready.is_some(),
+                    "{} is built from {}",
+                    target.platform,
+                    first.triple
+                );
                 target.platform
             })
             .collect();
         platforms.sort_unstable();
+        platforms.dedup();
         let mut expected: Vec<&str> = TARGETS.iter().map(|t| t.platform).collect();
         expected.sort_unstable();
         expected.dedup();
