@@ -91,11 +91,16 @@ pub fn workspace_files(cwd: &Path, user_dir: Option<&Path>, extra_agent_dirs: &[
     if !cwd.is_dir() {
         tracing::warn!(path = %cwd.display(), "the session's cwd is not an existing directory");
     }
-    let skills = crate::skills::discover(cwd, user_dir);
+    let mut skills = crate::skills::discover(cwd, user_dir, crate::platform::folders::home().as_deref());
     let mut commands = commands::available(cwd, user_dir);
+    let mut hidden_names = Vec::new();
     for hidden in commands::add_skills(&mut commands, &skills) {
-        tracing::warn!(skill = %hidden.name, path = %hidden.path.display(), "a skill has the name of a slash command: /{} runs the command", hidden.name);
+        tracing::warn!(skill = %hidden.name, path = %hidden.path.display(), "a skill has the name of a slash command: /{} runs the command, and the skill is left out", hidden.name);
+        hidden_names.push(hidden.name.clone());
     }
+    // Listed, the model would be told `/<name>` runs the skill, and the user
+    // would find it runs the command.
+    skills.retain(|skill| !hidden_names.contains(&skill.name));
     WorkspaceFiles {
         instructions: project_instructions(cwd, user_dir),
         commands,
@@ -532,6 +537,29 @@ mod tests {
 
     fn text(t: &str) -> Vec<UserPart> {
         vec![UserPart::Text { text: t.into() }]
+    }
+
+    /// A skill named like a slash command is left out of the session's
+    /// skills (the system prompt would tell the model `/<name>` runs it; it
+    /// runs the command), and the others stay.
+    #[test]
+    fn a_skill_a_command_hides_is_not_listed() {
+        let project = tempfile::tempdir().unwrap();
+        let write = |path: &str, text: &str| {
+            let path = project.path().join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        };
+        write(".lathe/commands/review.md", "Review the diff.");
+        write(".lathe/skills/review/SKILL.md", "---\nname: review\ndescription: Reviews\n---\nR.");
+        write(".lathe/skills/pdf/SKILL.md", "---\nname: pdf\ndescription: Fills PDFs\n---\nP.");
+        write(".lathe/skills/compact/SKILL.md", "---\nname: compact\ndescription: Compacts\n---\nC.");
+        let files = workspace_files(project.path(), None, &[]);
+        let names: Vec<&str> = files.skills.iter().map(|skill| skill.name.as_str()).collect();
+        assert!(names.contains(&"pdf"), "{names:?}");
+        assert!(!names.contains(&"review") && !names.contains(&"compact"), "{names:?}");
+        let review = files.commands.iter().filter(|command| command.name == "review").count();
+        assert_eq!(review, 1);
     }
 
     #[test]

@@ -20,7 +20,8 @@
 //! Skills are found in the project's `.lathe/skills/<name>/` and
 //! `.agents/skills/<name>/` (the folder other agents read too), then in the
 //! user's `skills/` of lathe's config folder (`~/.config/lathe/skills/` on
-//! Linux; see [`crate::platform::folders`]); the first of a name wins, so a
+//! Linux; see [`crate::platform::folders`]) and in `~/.agents/skills/` (the
+//! user's folder other agents read too); the first of a name wins, so a
 //! project's skill hides the user's. At most [`MAX_SKILLS`] are read.
 //!
 //! The system prompt lists each skill on one line, sorted by name: its
@@ -152,8 +153,8 @@ impl Skills {
     pub fn summary(&self) -> String {
         if self.skills.is_empty() {
             return "No skills. A skill is a folder with a SKILL.md (front matter `name` and `description`, then \
-                    instructions) in the project's .lathe/skills/ or .agents/skills/, or in skills/ of lathe's \
-                    config folder."
+                    instructions) in the project's .lathe/skills/ or .agents/skills/, in skills/ of lathe's \
+                    config folder, or in ~/.agents/skills/."
                 .to_owned();
         }
         let lines: Vec<String> = self
@@ -166,15 +167,23 @@ impl Skills {
 }
 
 /// The skills of a session in `cwd`: the project's (`.lathe/skills/`, then
-/// `.agents/skills/`), then the user's (`<user_dir>/skills/`); the first of
-/// a name wins, at most [`MAX_SKILLS`]. Blocking: it reads files.
-pub fn discover(cwd: &Path, user_dir: Option<&Path>) -> Vec<Skill> {
+/// `.agents/skills/`), then the user's (`<user_dir>/skills/`, then
+/// `<home>/.agents/skills/`); the first of a name wins, at most
+/// [`MAX_SKILLS`]. Blocking: it reads files.
+pub fn discover(cwd: &Path, user_dir: Option<&Path>, home: Option<&Path>) -> Vec<Skill> {
     let mut dirs: Vec<(PathBuf, Option<PathBuf>)> = vec![
         (cwd.join(".lathe").join("skills"), Some(cwd.to_path_buf())),
         (cwd.join(".agents").join("skills"), Some(cwd.to_path_buf())),
     ];
     if let Some(user_dir) = user_dir {
         dirs.push((user_dir.join("skills"), None));
+    }
+    if let Some(home) = home {
+        let shared = home.join(".agents").join("skills");
+        // A project in the home folder itself has read it already, as its own.
+        if !dirs.iter().any(|(dir, _)| *dir == shared) {
+            dirs.push((shared, None));
+        }
     }
     let mut found: Vec<Skill> = Vec::new();
     for (dir, inside) in dirs {
@@ -428,11 +437,16 @@ mod tests {
         skill_file(&lathe, "broken", "---\nname: broken\n---\nno description");
         skill_file(&lathe, "unclosed", "---\nname: unclosed\ndescription: d\n");
         std::fs::create_dir_all(lathe.join("empty")).unwrap();
+        let shared = home.path().join(".agents/skills");
+        skill_file(&shared, "notes", "---\nname: notes\ndescription: hidden by lathe's folder\n---\nN.");
+        skill_file(&shared, "shared", "---\nname: shared\ndescription: Shared with other agents\n---\nS.");
 
-        let (found, warnings) = warnings_of(|| discover(&project, Some(&user)));
+        let (found, warnings) = warnings_of(|| discover(&project, Some(&user), Some(home.path())));
 
         let names: Vec<&str> = found.iter().map(|skill| skill.name.as_str()).collect();
-        assert_eq!(names, ["review", "deploy", "notes"], "{warnings}");
+        assert_eq!(names, ["review", "deploy", "notes", "shared"], "{warnings}");
+        assert_eq!(found[2].description, "Takes notes", "lathe's user folder comes before ~/.agents/skills");
+        assert_eq!(found[3].inside, None, "~/.agents/skills is the user's own");
         assert_eq!(found[0].description, "Reviews a diff", "the project's .lathe/skills wins");
         assert_eq!(found[0].inside.as_deref(), Some(project.as_path()));
         assert_eq!(found[2].inside, None, "the user's own");
@@ -445,14 +459,26 @@ mod tests {
         let skills = Skills::new(found);
         let listing = skills.listing().unwrap();
         let lines: Vec<&str> = listing.lines().filter(|line| line.starts_with("- ")).collect();
-        assert_eq!(lines.len(), 3, "{listing}");
+        assert_eq!(lines.len(), 4, "{listing}");
         assert!(lines[0].starts_with("- deploy: Deploys ("), "{listing}");
         assert!(lines[1].starts_with("- notes: Takes notes ("), "{listing}");
         assert_eq!(lines[2], "- review: Reviews a diff (.lathe/skills/review/SKILL.md)", "{listing}");
         let user_path = user.join("skills/notes/SKILL.md");
         assert_eq!(lines[1], format!("- notes: Takes notes ({})", user_path.display()), "the user's in full");
-        assert_eq!(Some(listing), Skills::new(discover(&project, Some(&user))).listing(), "byte-stable");
+        let shared_path = shared.join("shared/SKILL.md");
+        assert_eq!(lines[3], format!("- shared: Shared with other agents ({})", shared_path.display()));
+        assert_eq!(
+            Some(listing),
+            Skills::new(discover(&project, Some(&user), Some(home.path()))).listing(),
+            "byte-stable"
+        );
         assert_eq!(Skills::default().listing(), None);
-        assert_eq!(skills.user_folders(), [authority::Target::of(&user.join("skills/notes")).real]);
+        assert_eq!(
+            skills.user_folders(),
+            [
+                authority::Target::of(&user.join("skills/notes")).real,
+                authority::Target::of(&shared.join("shared")).real
+            ]
+        );
     }
 }
