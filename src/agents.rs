@@ -278,9 +278,13 @@ pub fn parse_agent_file(stem: &str, text: &str) -> Result<AgentSpec, String> {
 }
 
 /// lathe's name for a tool an agent file lists: Claude Code's names map to
-/// lathe's tools that do the same; anything else is kept as written (a
-/// lathe tool, or an MCP tool as `server__tool`).
+/// lathe's tools that do the same, and its MCP tools (`mcp__server__tool`)
+/// to lathe's (`server__tool`); anything else is kept as written (a lathe
+/// tool, or an MCP tool as `server__tool`).
 fn lathe_tool_name(tool: &str) -> String {
+    if let Some(mcp) = tool.strip_prefix("mcp__").filter(|rest| rest.contains("__")) {
+        return mcp.to_owned();
+    }
     let lathe = match tool {
         "Read" => Tool::ReadFile.name(),
         "Write" => Tool::WriteFile.name(),
@@ -290,6 +294,9 @@ fn lathe_tool_name(tool: &str) -> String {
         "Grep" => Tool::Grep.name(),
         "Bash" => Tool::Shell.name(),
         "WebFetch" => Tool::Fetch.name(),
+        "TodoWrite" => Tool::UpdatePlan.name(),
+        "Task" => Tool::Task.name(),
+        "AskUserQuestion" => Tool::AskUser.name(),
         other => other,
     };
     lathe.to_owned()
@@ -374,6 +381,16 @@ pub(crate) mod file_tests {
         .unwrap();
         assert_eq!(listed.name, "lister", "the file's name when the front matter has none");
         assert_eq!(listed.tools.as_deref(), Some(&["glob".to_owned(), "files__search".to_owned()][..]));
+        let claude = parse_agent_file(
+            "claude",
+            "---\ndescription: d\ntools: mcp__github__create_issue, TodoWrite, Task, AskUserQuestion, mcp__odd\n---\nC.",
+        )
+        .unwrap();
+        assert_eq!(
+            claude.tools.as_deref(),
+            Some(&["github__create_issue", "update_plan", "task", "ask_user", "mcp__odd"].map(str::to_owned)[..]),
+            "Claude Code's MCP names are lathe's server__tool"
+        );
         assert_eq!(listed.model, None, "inherit: the session's model");
         let all = parse_agent_file("all", "---\ndescription: d\n---\nAnything.").unwrap();
         assert_eq!(all.tools, None);
