@@ -224,13 +224,6 @@ impl Default for SandboxSettings {
     }
 }
 
-impl SandboxSettings {
-    /// The parts of the sandbox lathe acts as if it lacked ([`SANDBOX_UNAVAILABLE_ENV`]).
-    pub fn forced_off(&self) -> Vec<crate::platform::sandbox::SandboxPart> {
-        self.force_unavailable.as_deref().map(crate::platform::sandbox::SandboxPart::forced_off).unwrap_or_default()
-    }
-}
-
 /// How lathe starts processes: what they inherit and who supervises them
 /// (see `crate::platform::process`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -1781,7 +1774,7 @@ mod tests {
         assert_eq!(sandbox.deny_read, expected.map(PathBuf::from));
         assert_eq!(sandbox.home.as_deref(), Some(Path::new("/home/u")));
         assert_eq!(sandbox.temp_dir, PathBuf::from("/scratch"));
-        assert_eq!(sandbox.forced_off(), [crate::platform::sandbox::SandboxPart::Seccomp]);
+        assert_eq!(sandbox.force_unavailable.as_deref(), Some("seccomp"));
         let relative = Config::from_toml_str(
             "[models.m]\nbase_url = \"http://x/v1\"\nmodel = \"a\"\n[sandbox]\ndeny_read = [\"keys\"]\n",
             Path::new("/c.toml"),

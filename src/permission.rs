@@ -354,6 +354,14 @@ impl Policy {
             || self.user.as_ref().is_some_and(|rules| rules.allows(access, roots))
     }
 
+    /// Learns from a session's `launcher` what its command sandbox amounts
+    /// to and what it keeps from commands (the permission side asks the
+    /// platform layer, never the other way round).
+    pub fn follow_sandbox_of(&mut self, launcher: &crate::platform::process::Launcher) {
+        self.set_confinement(launcher.confinement());
+        self.set_read_denials(launcher.read_denials());
+    }
+
     /// Says what the command sandbox amounts to (no sandbox until told).
     pub fn set_confinement(&mut self, confinement: Confinement) {
         self.confinement = confinement;

@@ -188,7 +188,7 @@ impl Server {
         let capabilities = self.client_capabilities.get().cloned().unwrap_or_default();
         let roots = session.roots();
         let launcher = crate::platform::process::Launcher::for_session(&config.children, &config.sandbox, &roots);
-        launcher.inform(&mut lock(session.policy()));
+        lock(session.policy()).follow_sandbox_of(&launcher);
         let host = ClientHost::new(self.outbox.clone(), session_id.clone(), &capabilities, launcher);
         let form = capabilities.elicitation.as_ref().is_some_and(|e| e.form.is_some());
         let subagents = capabilities.subagents.is_some();

@@ -334,7 +334,7 @@ impl Engine {
         let client = self.model_client(&choices.model_key, choices.thought_level.as_deref())?;
         let roots = session.roots();
         let launcher = Launcher::for_session(&self.config.children, &self.config.sandbox, &roots);
-        launcher.inform(&mut lock(session.policy()));
+        lock(session.policy()).follow_sandbox_of(&launcher);
         let host = LocalProcesses { local: LocalHost, launcher };
         let limits = setup::tool_limits(&self.config);
         let external = session.external_tools();

@@ -233,13 +233,6 @@ impl Launcher {
         self.sandbox.as_ref().map(|sandbox| sandbox.read_denials().clone()).unwrap_or_default()
     }
 
-    /// Tells a session's permission policy what the sandbox amounts to and
-    /// what it keeps from commands.
-    pub fn inform(&self, policy: &mut crate::permission::Policy) {
-        policy.set_confinement(self.confinement());
-        policy.set_read_denials(self.read_denials());
-    }
-
     /// The policy a sandboxed start uses, with the trampoline that applies it.
     fn sandbox_policy(&self) -> std::io::Result<(&Path, &SandboxPolicy)> {
         let unavailable = |why: String| std::io::Error::other(why);

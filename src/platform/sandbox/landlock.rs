@@ -181,7 +181,7 @@ pub fn probe_here() -> Findings {
 pub(super) fn status(settings: &SandboxSettings, trampoline: Option<&Path>) -> Status {
     let Some(trampoline) = trampoline else { return Status::unavailable(super::UNKNOWN_TRAMPOLINE) };
     super::probe(trampoline)
-        .forcing_off(&settings.forced_off(), &super::forced_off_why(settings))
+        .forcing_off(&crate::platform::sandbox::SandboxPart::forced_off_by(settings), &super::forced_off_why(settings))
         .status(settings.network)
 }
 
@@ -189,7 +189,10 @@ pub(super) fn status(settings: &SandboxSettings, trampoline: Option<&Path>) -> S
 /// the model is told of the network without the seccomp filter.
 pub(super) fn tcp_rules(settings: &SandboxSettings, trampoline: Option<&Path>) -> bool {
     trampoline.is_some_and(|trampoline| {
-        let findings = super::probe(trampoline).forcing_off(&settings.forced_off(), &super::forced_off_why(settings));
+        let findings = super::probe(trampoline).forcing_off(
+            &crate::platform::sandbox::SandboxPart::forced_off_by(settings),
+            &super::forced_off_why(settings),
+        );
         findings.landlock.as_ref().is_ok_and(|abi| *abi >= 4)
     })
 }

@@ -169,6 +169,12 @@ impl SandboxPart {
         }
     }
 
+    /// The parts lathe acts as if it lacked, as `settings` say
+    /// (`LATHE_SANDBOX_UNAVAILABLE`, see [`SandboxPart::forced_off`]).
+    pub fn forced_off_by(settings: &SandboxSettings) -> Vec<SandboxPart> {
+        settings.force_unavailable.as_deref().map(SandboxPart::forced_off).unwrap_or_default()
+    }
+
     /// The parts `LATHE_SANDBOX_UNAVAILABLE` turns off: `1` all of them,
     /// else a comma-separated list of their names (`seccomp,namespaces`);
     /// unknown names count for nothing.

@@ -248,7 +248,7 @@ mod macos {
         if trampoline.is_none() {
             return Status::unavailable(crate::platform::sandbox::UNKNOWN_TRAMPOLINE);
         }
-        if !settings.forced_off().is_empty() {
+        if !crate::platform::sandbox::SandboxPart::forced_off_by(settings).is_empty() {
             return Status::unavailable(crate::platform::sandbox::forced_off_why(settings));
         }
         static PROBED: OnceLock<Result<(), String>> = OnceLock::new();
