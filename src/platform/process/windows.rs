@@ -157,20 +157,13 @@ mod tests {
     use std::process::Stdio;
     use std::time::{Duration, Instant};
 
-    use crate::platform::process::{CommandLine, Launcher, Spawned};
+    use crate::platform::process::{CommandLine, EnvRule, Launcher, Spawned, TrampolineError};
 
     /// A command whose child, started in the background and outliving it
     /// unless its tree is killed, appends to `beat.txt` as fast as it can,
     /// while the command itself spins. Returns once the child is writing.
     async fn a_command_with_a_busy_child(dir: &Path) -> Spawned {
-        std::fs::write(dir.join("beat.cmd"), "@echo off\r\n:loop\r\necho x>>\"%~dp0beat.txt\"\r\ngoto loop\r\n")
-            .unwrap();
-        std::fs::write(
-            dir.join("root.cmd"),
-            "@echo off\r\nstart \"\" /b cmd /c \"%~dp0beat.cmd\"\r\n:spin\r\ngoto spin\r\n",
-        )
-        .unwrap();
-        let line = CommandLine::new("cmd", &["/c".to_owned(), dir.join("root.cmd").display().to_string()]);
+        let line = CommandLine::new("cmd", &["/c".to_owned(), busy_scripts(dir).display().to_string()]);
         let child = Launcher::unsupervised()
             .spawn(&line, false, |command| {
                 command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
@@ -182,6 +175,19 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         child
+    }
+
+    /// Writes the scripts of [`a_command_with_a_busy_child`] into `dir`;
+    /// the one to run.
+    fn busy_scripts(dir: &Path) -> std::path::PathBuf {
+        std::fs::write(dir.join("beat.cmd"), "@echo off\r\n:loop\r\necho x>>\"%~dp0beat.txt\"\r\ngoto loop\r\n")
+            .unwrap();
+        std::fs::write(
+            dir.join("root.cmd"),
+            "@echo off\r\nstart \"\" /b cmd /c \"%~dp0beat.cmd\"\r\n:spin\r\ngoto spin\r\n",
+        )
+        .unwrap();
+        dir.join("root.cmd")
     }
 
     fn beat(dir: &Path) -> u64 {
@@ -213,5 +219,47 @@ mod tests {
         let child = a_command_with_a_busy_child(dir.path()).await;
         drop(child);
         assert!(!still_beating(dir.path()).await, "a child outlived the drop");
+    }
+
+    /// Set in the process the next test starts: that process is the trampoline.
+    const TRAMPOLINE_PROCESS: &str = "LATHE_TEST_TRAMPOLINE_PROCESS";
+
+    /// Issue 26: a lathe killed mid-command leaves no process behind. The
+    /// test starts itself again as a process that runs the trampoline (its
+    /// Job Object, kill-on-close, as lathe's own children have) around the
+    /// busy command, then kills that process outright (`TerminateProcess`:
+    /// no destructor runs, as when lathe is killed); the system closes its
+    /// handle on the job, which kills the tree. Without kill-on-close the
+    /// child goes on writing.
+    #[tokio::test]
+    async fn a_killed_trampoline_leaves_no_process_behind() {
+        if let Some(dir) = std::env::var_os(TRAMPOLINE_PROCESS) {
+            let root = busy_scripts(Path::new(&dir));
+            let command = ["cmd".into(), "/c".into(), root.into_os_string()];
+            let rule = EnvRule::new(&[], &[], &[]).unwrap();
+            let start_error = |source| TrampolineError::Start { program: "cmd".to_owned(), source };
+            // A runtime of its own, as in `lathe sandbox-exec`.
+            let _ = std::thread::spawn(move || super::run_trampoline(None, &command, &rule, start_error)).join();
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let name = "platform::process::sys::tests::a_killed_trampoline_leaves_no_process_behind";
+        let mut trampoline = tokio::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", name, "--test-threads=1"])
+            .env(TRAMPOLINE_PROCESS, dir.path())
+            .kill_on_drop(true)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        while beat(dir.path()) == 0 {
+            assert!(started.elapsed() < Duration::from_secs(60), "the child never wrote");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        trampoline.start_kill().unwrap();
+        trampoline.wait().await.unwrap();
+        assert!(!still_beating(dir.path()).await, "a child outlived the killed trampoline");
     }
 }
