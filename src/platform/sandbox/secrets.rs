@@ -20,6 +20,7 @@
 //! later in a split directory are not readable (they were not there to be
 //! granted). This module knows paths; nothing of Landlock itself.
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 
 /// Credentials beneath the home directory, relative to it: unreadable to
@@ -182,6 +183,8 @@ fn grant(top: &Path, denied: &[PathBuf], links: &mut Vec<PathBuf>) -> Vec<Grante
         return granted;
     }
     split(top, &denied, &mut granted, links);
+    // In path order, whatever order the split met them in.
+    granted.sort_by(|a, b| a.path.cmp(&b.path));
     granted
 }
 
@@ -203,40 +206,117 @@ fn at_or_below(inner: &[u8], outer: &[u8]) -> bool {
     inner.starts_with(outer) && (inner.len() == outer.len() || outer == b"/" || inner[outer.len()] == b'/')
 }
 
-/// Grants the entries of `dir`, which has the `denied` paths beneath it;
-/// notes in `links` the links at or above one.
-fn split(dir: &Path, denied: &[&[u8]], granted: &mut Vec<Granted>, links: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    let mut entries: Vec<(PathBuf, Option<std::fs::FileType>)> =
-        entries.flatten().map(|entry| (entry.path(), entry.file_type().ok())).collect();
-    entries.sort_by(|a, b| a.0.cmp(&b.0));
-    for (path, kind) in entries {
-        if granted.len() >= MAX_GRANTED {
-            return;
-        }
-        let Some(kind) = kind else { continue };
-        let name = bytes(&path);
-        let below: Vec<&[u8]> = denied.iter().copied().filter(|denied| at_or_below(denied, name)).collect();
-        if kind.is_symlink() {
-            if !below.is_empty() {
-                links.push(path);
+/// Grants the entries of `top`, which has the `denied` paths beneath it,
+/// splitting again each entry with a denied path below; notes in `links`
+/// the links at or above one. At most [`MAX_GRANTED`] in all: when the split
+/// folders hold more, the budget is shared out so that each folder keeps all
+/// its entries or an equal share with the other crowded ones (the largest
+/// lose entries first, the last in name order). A crowded `/tmp` holding the
+/// home folder then loses some of its own entries, never `/usr` nor the
+/// home's (an earlier depth-first cut gave `/tmp` everything and `/usr`
+/// nothing: no command could start).
+fn split(top: &Path, denied: &[&[u8]], granted: &mut Vec<Granted>, links: &mut Vec<PathBuf>) {
+    let mut folders: Vec<Vec<Granted>> = Vec::new();
+    let mut to_split: VecDeque<(PathBuf, Vec<&[u8]>)> = VecDeque::from([(top.to_path_buf(), denied.to_vec())]);
+    while let Some((dir, denied)) = to_split.pop_front() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        let mut entries: Vec<(PathBuf, Option<std::fs::FileType>)> =
+            entries.flatten().map(|entry| (entry.path(), entry.file_type().ok())).collect();
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut own = Vec::new();
+        for (path, kind) in entries {
+            let Some(kind) = kind else { continue };
+            let name = bytes(&path);
+            let below: Vec<&[u8]> = denied.iter().copied().filter(|denied| at_or_below(denied, name)).collect();
+            if kind.is_symlink() {
+                if !below.is_empty() {
+                    links.push(path);
+                }
+                continue;
             }
-            continue;
+            if below.contains(&name) {
+                continue;
+            }
+            if below.is_empty() {
+                own.push(Granted { path, directory: kind.is_dir() });
+            } else if kind.is_dir() {
+                to_split.push_back((path, below));
+            }
         }
-        if below.contains(&name) {
-            continue;
-        }
-        if below.is_empty() {
-            granted.push(Granted { path, directory: kind.is_dir() });
-        } else if kind.is_dir() {
-            split(&path, &below, granted, links);
-        }
+        folders.push(own);
     }
+    let shares = shares(&folders.iter().map(Vec::len).collect::<Vec<_>>(), MAX_GRANTED);
+    for (mut own, share) in folders.into_iter().zip(shares) {
+        own.truncate(share);
+        granted.extend(own);
+    }
+}
+
+/// How many of each folder's `counts` entries fit in `budget`: all of them
+/// when they do; else every folder keeps its entries up to a common share,
+/// the largest that fits (water-filling), what is left over going to the
+/// first of the folders above it.
+fn shares(counts: &[usize], budget: usize) -> Vec<usize> {
+    if counts.iter().sum::<usize>() <= budget {
+        return counts.to_vec();
+    }
+    let mut order: Vec<usize> = (0..counts.len()).collect();
+    order.sort_by_key(|&index| counts[index]);
+    let mut shares = vec![0; counts.len()];
+    let mut left = budget;
+    for (position, &index) in order.iter().enumerate() {
+        let share = counts[index].min(left / (order.len() - position));
+        shares[index] = share;
+        left -= share;
+    }
+    // The remainder of the division, to the crowded folders in turn.
+    for &index in order.iter().rev() {
+        let more = (counts[index] - shares[index]).min(left);
+        shares[index] += more;
+        left -= more;
+    }
+    shares
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_budget_is_shared_out_largest_first() {
+        assert_eq!(shares(&[3, 5, 2], 100), [3, 5, 2]);
+        assert_eq!(shares(&[20, 5000, 40], 4096), [20, 4036, 40]);
+        assert_eq!(shares(&[3000, 5000, 10], 4096), [2043, 2043, 10]);
+        assert_eq!(shares(&[10, 10], 5), [2, 3]);
+        assert_eq!(shares(&[], 10), Vec::<usize>::new());
+        for counts in [[7usize, 9000, 4100], [4096, 1, 1], [0, 0, 5000]] {
+            assert_eq!(shares(&counts, 4096).iter().sum::<usize>(), 4096, "{counts:?}");
+        }
+    }
+
+    /// A split folder with more entries than [`MAX_GRANTED`] (a crowded
+    /// `/tmp` holding the home folder) loses its last entries, not the
+    /// folders beside it nor the home's: with the depth-first split, `/usr`
+    /// came after `/tmp`, was never granted, and no sandboxed command
+    /// could start.
+    #[test]
+    fn a_crowded_folder_above_home_does_not_starve_its_siblings() {
+        let top = tempfile::tempdir().unwrap();
+        let crowded = top.path().join("crowded");
+        let home = crowded.join("home");
+        std::fs::create_dir_all(home.join(".ssh")).unwrap();
+        std::fs::create_dir_all(home.join("projects")).unwrap();
+        for n in 0..MAX_GRANTED + 10 {
+            std::fs::write(crowded.join(format!("f{n:05}")), "").unwrap();
+        }
+        std::fs::create_dir_all(top.path().join("system/bin")).unwrap();
+        let granted = readable_beneath(top.path(), &[home.join(".ssh")]);
+        let paths: Vec<&Path> = granted.iter().map(|granted| granted.path.as_path()).collect();
+        assert!(paths.contains(&top.path().join("system").as_path()), "the sibling is granted");
+        assert!(paths.contains(&home.join("projects").as_path()), "the home's entries are granted");
+        assert_eq!(granted.len(), MAX_GRANTED);
+        assert!(!paths.iter().any(|path| path.starts_with(home.join(".ssh"))));
+    }
 
     fn tree(root: &Path, paths: &[&str]) {
         for path in paths {
