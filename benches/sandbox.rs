@@ -46,6 +46,10 @@ fn git_repository(root: &std::path::Path) {
 }
 
 fn main() {
+    if cfg!(windows) {
+        eprintln!("skipped: the sandbox bench: Windows has no command sandbox and no `sandbox-exec` trampoline");
+        return;
+    }
     let runs: usize = std::env::args().skip(1).find_map(|arg| arg.parse().ok()).unwrap_or(200);
     let lathe = PathBuf::from(env!("CARGO_BIN_EXE_lathe"));
     let baseline = std::env::var_os("LATHE_BENCH_BASELINE").map(PathBuf::from);
@@ -167,11 +171,19 @@ fn main() {
 }
 
 /// The CPU time (user and system) of the children waited for so far.
+#[cfg(unix)]
 fn children_cpu() -> Duration {
     use nix::sys::resource::{UsageWho, getrusage};
     let usage = getrusage(UsageWho::RUSAGE_CHILDREN).unwrap();
     let time = |t: nix::sys::time::TimeVal| Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000);
     time(usage.user_time()) + time(usage.system_time())
+}
+
+/// Windows keeps no such count; it has no command sandbox either, and
+/// `main` stops before measuring.
+#[cfg(not(unix))]
+fn children_cpu() -> Duration {
+    Duration::ZERO
 }
 
 fn num_cores() -> usize {

@@ -10,7 +10,6 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use lathe::config::{ConfigOrigin, ConfigSource};
 use lathe::discover::{Plan, ServerKind, discover, load_config};
@@ -286,7 +285,8 @@ async fn the_greeting_names_the_found_server() {
         // Ctrl-D at the start of a line: end of input, once lathe reads it.
         keyboard.write_all(b"\x04").await.unwrap();
     }
-    let output = tokio::time::timeout(Duration::from_secs(30), script.wait_with_output()).await.unwrap().unwrap();
+    let output =
+        tokio::time::timeout(std::time::Duration::from_secs(30), script.wait_with_output()).await.unwrap().unwrap();
     let screen = String::from_utf8_lossy(&output.stdout);
     let greeting = format!("qwen3\\u{{1b}}[8m:8b at {}, found running here: Ollama", ollama.base_url());
     assert!(screen.contains(&greeting), "{screen}");

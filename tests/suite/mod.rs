@@ -78,6 +78,8 @@ mod auth;
 mod bench_smoke;
 mod cancel;
 mod checkpoints;
+// Unix process trees: `/proc`, `sh`, signals and the trampoline's group (Windows' Job Objects: src/platform/process).
+#[cfg(unix)]
 mod children;
 mod cli;
 mod cli_sessions;
@@ -89,6 +91,8 @@ mod edit_match;
 mod fetch;
 mod file_safety;
 mod fork;
+// Signals (SIGTERM, SIGINT, SIGHUP), `/proc` and `sleep`: Unix's (Windows has no signals to send a process).
+#[cfg(unix)]
 mod hygiene;
 mod journal;
 mod lasting;
@@ -100,14 +104,20 @@ mod plan_mode;
 mod protocol;
 mod providers;
 mod retries;
+// The command sandbox: Windows has none (auto mode asks; `lathe doctor` says why, tests/suite/doctor.rs).
+#[cfg(unix)]
 mod sandbox;
 mod sessions;
+// Through a pseudo-terminal (expectrl's Unix sessions; wine 8 has no ConPTY to drive).
+#[cfg(unix)]
 mod setup;
 mod skills;
 mod sse_split;
 mod standard_updates;
 mod steering;
 mod subagents;
+// Through a pseudo-terminal (expectrl's Unix sessions; wine 8 has no ConPTY to drive).
+#[cfg(unix)]
 mod term_chat;
 mod term_exec;
 mod text_formats;

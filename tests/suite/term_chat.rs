@@ -11,7 +11,8 @@ use expectrl::process::unix::WaitStatus;
 use expectrl::{ControlCode, Expect, Session};
 use serde_json::json;
 
-use super::term_exec::{Term, dead, dies, sleeper, wait_for_pid};
+use super::term_exec::Term;
+use super::term_exec::sigint::{dead, dies, sleeper, wait_for_pid};
 use crate::support::mock_openai::{text_reply, tool_call_reply, tool_result};
 
 type Pty = expectrl::session::OsSession;

@@ -7,16 +7,14 @@
 //! undone, listed and redone by `/undo`, `/checkpoints` and `/redo`; SIGINT
 //! during a turn giving 130 with the session saved and no child left.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
-use crate::support::acp_client::{
-    AgentProcess, DEFAULT_TIMEOUT, agent_text, handshake, initialize, prompt, updates_of_kind,
-};
+use crate::support::acp_client::{AgentProcess, agent_text, handshake, initialize, prompt, updates_of_kind};
 use crate::support::mock_openai::{
     MockOpenAi, Reply, Step, ev_finish, ev_reasoning, ev_role, ev_text, ev_usage, text_reply, tool_call_reply,
     tool_result,
@@ -448,76 +446,90 @@ async fn a_session_from_exec_loads_in_an_editor_and_an_editors_session_resumes_i
     assert!(!text(&listed.stdout).contains(&from_exec), "{}", text(&listed.stdout));
 }
 
-/// Whether `pid` is gone (or a zombie nobody reaped).
-pub(crate) fn dead(pid: i32) -> bool {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    stat.is_empty() || stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z'))
-}
+/// SIGINT mid-turn and no child left: a signal, `/proc` and `sh`'s `$$`, Unix's (Windows has no signals to send).
+#[cfg(unix)]
+pub(crate) mod sigint {
+    use std::path::Path;
 
-/// Waits (up to 10 s) for `pid` to die; whether it did. The kill is sent
-/// when the turn is cancelled; the kernel takes its moment to end the process.
-pub(crate) async fn dies(pid: i32) -> bool {
-    crate::support::clock::eventually(Duration::from_secs(10), || dead(pid)).await
-}
+    use super::*;
+    use crate::support::acp_client::DEFAULT_TIMEOUT;
 
-/// Waits until `path` holds a pid, then returns it.
-pub(crate) async fn wait_for_pid(path: &Path) -> i32 {
-    let read = || std::fs::read_to_string(path).ok().and_then(|text| text.trim().parse().ok());
-    crate::support::clock::poll_until(
-        &format!("the command never started: {}", path.display()),
-        Duration::from_secs(30),
-        || read().is_some(),
-    )
-    .await;
-    read().unwrap()
-}
+    /// Whether `pid` is gone (or a zombie nobody reaped).
+    pub(crate) fn dead(pid: i32) -> bool {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        stat.is_empty() || stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z'))
+    }
 
-/// A shell call that writes its pid and sleeps for five minutes.
-pub(crate) fn sleeper(call_id: &str) -> Reply {
-    let mut steps = vec![ev_role(), ev_text("Starting the long job.")];
-    steps.push(crate::support::mock_openai::ev_tool_call_start(0, call_id, "shell"));
-    let args = json!({"command": "echo $$ > sleeper.pid; exec sleep 300"}).to_string();
-    steps.push(crate::support::mock_openai::ev_tool_call_args(0, &args));
-    steps.extend([ev_finish("tool_calls"), Step::Done]);
-    Reply::Sse(steps)
-}
+    /// Waits (up to 10 s) for `pid` to die; whether it did. The kill is sent
+    /// when the turn is cancelled; the kernel takes its moment to end the process.
+    pub(crate) async fn dies(pid: i32) -> bool {
+        crate::support::clock::eventually(Duration::from_secs(10), || dead(pid)).await
+    }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigint_cancels_the_turn_saves_the_session_and_leaves_no_child() {
-    let term = Term::start("").await;
-    term.mock.push(sleeper("call_sleep"));
-    let mut command = tokio::process::Command::from(term.std_command(&["exec", "--mode", "full-auto", "build it"]));
-    command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
-    let child = command.spawn().unwrap();
-    let lathe = child.id().unwrap();
-    let sleeper_pid = wait_for_pid(&term.project.join("sleeper.pid")).await;
-    assert!(!dead(sleeper_pid));
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(lathe as i32), nix::sys::signal::Signal::SIGINT).unwrap();
-    let output = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output()).await.unwrap().unwrap();
-    assert_eq!(code(&output), 130, "{}", text(&output.stderr));
-    assert_eq!(text(&output.stdout), "Starting the long job.\n", "the partial answer was shown");
-    assert!(dies(sleeper_pid).await, "the shell command was killed");
-    assert!(text(&output.stderr).contains("cancelled"), "{}", text(&output.stderr));
+    /// Waits until `path` holds a pid, then returns it.
+    pub(crate) async fn wait_for_pid(path: &Path) -> i32 {
+        let read = || std::fs::read_to_string(path).ok().and_then(|text| text.trim().parse().ok());
+        crate::support::clock::poll_until(
+            &format!("the command never started: {}", path.display()),
+            Duration::from_secs(30),
+            || read().is_some(),
+        )
+        .await;
+        read().unwrap()
+    }
 
-    // The session is saved with the partial answer and the cancelled call.
-    let sessions = term.saved_sessions();
-    assert_eq!(sessions.len(), 1);
-    let mut agent = term.agent();
-    initialize(&mut agent, json!({})).await;
-    let id =
-        agent.request("session/load", json!({"sessionId": sessions[0], "cwd": term.project, "mcpServers": []})).await;
-    let (replay, loaded) = agent.response(id).await;
-    assert!(loaded.get("result").is_some(), "{loaded}");
-    assert_eq!(agent_text(&replay), "Starting the long job.");
-    assert_eq!(crate::support::acp_client::final_status(&replay, "call_sleep"), "failed");
-    // The model sees the interrupted turn next time.
-    term.mock.push(text_reply("ok"));
-    let id = prompt(&mut agent, &sessions[0], "go on").await;
-    let (_, response) = agent.response(id).await;
-    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
-    let body = &term.mock.chat_requests()[1].body;
-    assert!(tool_result(body, "call_sleep").to_lowercase().contains("cancel"), "{}", tool_result(body, "call_sleep"));
-    let _ = DEFAULT_TIMEOUT;
+    /// A shell call that writes its pid and sleeps for five minutes.
+    pub(crate) fn sleeper(call_id: &str) -> Reply {
+        let mut steps = vec![ev_role(), ev_text("Starting the long job.")];
+        steps.push(crate::support::mock_openai::ev_tool_call_start(0, call_id, "shell"));
+        let args = json!({"command": "echo $$ > sleeper.pid; exec sleep 300"}).to_string();
+        steps.push(crate::support::mock_openai::ev_tool_call_args(0, &args));
+        steps.extend([ev_finish("tool_calls"), Step::Done]);
+        Reply::Sse(steps)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sigint_cancels_the_turn_saves_the_session_and_leaves_no_child() {
+        let term = Term::start("").await;
+        term.mock.push(sleeper("call_sleep"));
+        let mut command = tokio::process::Command::from(term.std_command(&["exec", "--mode", "full-auto", "build it"]));
+        command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+        let child = command.spawn().unwrap();
+        let lathe = child.id().unwrap();
+        let sleeper_pid = wait_for_pid(&term.project.join("sleeper.pid")).await;
+        assert!(!dead(sleeper_pid));
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(lathe as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+        let output = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output()).await.unwrap().unwrap();
+        assert_eq!(code(&output), 130, "{}", text(&output.stderr));
+        assert_eq!(text(&output.stdout), "Starting the long job.\n", "the partial answer was shown");
+        assert!(dies(sleeper_pid).await, "the shell command was killed");
+        assert!(text(&output.stderr).contains("cancelled"), "{}", text(&output.stderr));
+
+        // The session is saved with the partial answer and the cancelled call.
+        let sessions = term.saved_sessions();
+        assert_eq!(sessions.len(), 1);
+        let mut agent = term.agent();
+        initialize(&mut agent, json!({})).await;
+        let id = agent
+            .request("session/load", json!({"sessionId": sessions[0], "cwd": term.project, "mcpServers": []}))
+            .await;
+        let (replay, loaded) = agent.response(id).await;
+        assert!(loaded.get("result").is_some(), "{loaded}");
+        assert_eq!(agent_text(&replay), "Starting the long job.");
+        assert_eq!(crate::support::acp_client::final_status(&replay, "call_sleep"), "failed");
+        // The model sees the interrupted turn next time.
+        term.mock.push(text_reply("ok"));
+        let id = prompt(&mut agent, &sessions[0], "go on").await;
+        let (_, response) = agent.response(id).await;
+        assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+        let body = &term.mock.chat_requests()[1].body;
+        assert!(
+            tool_result(body, "call_sleep").to_lowercase().contains("cancel"),
+            "{}",
+            tool_result(body, "call_sleep")
+        );
+        let _ = DEFAULT_TIMEOUT;
+    }
 }
 
 /// `--trace` works with `exec` too: the model's request, response and

@@ -54,7 +54,8 @@ pub struct Agent {
 
 enum Backend {
     /// The `lathe` binary, killed when the `Agent` is dropped.
-    Process { child: Child, pid: u32, stderr_task: Option<JoinHandle<()>> },
+    /// (Boxed: tokio's `Child` on Windows is several times the other variant.)
+    Process { child: Box<Child>, pid: u32, stderr_task: Option<JoinHandle<()>> },
     /// `lathe::serve` as a task of the test's runtime.
     InProcess {
         served: Option<JoinHandle<std::io::Result<()>>>,
@@ -202,7 +203,7 @@ impl Agent {
         let stderr_pipe = child.stderr.take().expect("piped stderr");
         let logs = Arc::new(Mutex::new(String::new()));
         let stderr_task = Some(tokio::spawn(read_stderr(stderr_pipe, Arc::clone(&logs))));
-        Agent::new(Backend::Process { child, pid, stderr_task }, Box::new(stdin), stdout, logs)
+        Agent::new(Backend::Process { child: Box::new(child), pid, stderr_task }, Box::new(stdin), stdout, logs)
     }
 
     /// Like [`spawn`](Self::spawn), but another build of lathe: `lathe`
