@@ -23,9 +23,13 @@ use crate::support::editor::{FakeEditor, Permission};
 use crate::support::mock_openai::{MockOpenAi, text_reply, tool_call_reply, tool_result};
 use crate::support::write_config;
 
-/// The binary under test: `$LATHE_DIST_BIN`, else this build's.
+/// The binary under test: `$LATHE_DIST_BIN` (made absolute: the turn runs
+/// in the project's folder), else this build's.
 fn binary() -> PathBuf {
-    std::env::var_os("LATHE_DIST_BIN").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_lathe")), PathBuf::from)
+    std::env::var_os("LATHE_DIST_BIN").map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_lathe")),
+        |path| std::path::absolute(path).expect("LATHE_DIST_BIN made absolute"),
+    )
 }
 
 /// What starts the binary (`wine` for a Windows build), if anything.
