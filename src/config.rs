@@ -1733,6 +1733,9 @@ mod tests {
     /// refused, and so is `~` without a HOME; mode and network as written.
     #[test]
     fn sandbox_writable_paths_are_absolute_and_expand_the_home() {
+        if !crate::platform::testing::unix_paths() {
+            return;
+        }
         let env = |name: &str| (name == "HOME").then(|| "/home/u".to_owned());
         let model = "[models.m]\nbase_url = \"http://x/v1\"\nmodel = \"a\"\n";
         let text = model.to_owned()
@@ -1757,6 +1760,9 @@ mod tests {
     /// the temp directory and the test switch come from the environment.
     #[test]
     fn sandbox_reads_denied_and_the_environment() {
+        if !crate::platform::testing::unix_paths() {
+            return;
+        }
         let env = |name: &str| match name {
             "HOME" => Some("/home/u".to_owned()),
             "XDG_CONFIG_HOME" => Some("/xdg/config".to_owned()),
@@ -2022,6 +2028,9 @@ max_output_tokens = 8192
 
     #[test]
     fn lookup_order() {
+        if !crate::platform::testing::xdg_folders() {
+            return;
+        }
         let env = |name: &str| match name {
             "LATHE_CONFIG" => Some("/from/env.toml".to_owned()),
             "HOME" => Some("/home/u".to_owned()),

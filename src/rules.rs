@@ -95,7 +95,7 @@ fn io_error(path: &Path) -> impl Fn(std::io::Error) -> RulesError + '_ {
 /// resolved; as given when it cannot be resolved). Blocking.
 pub fn project_root(cwd: &Path) -> PathBuf {
     let root = cwd.ancestors().find(|dir| dir.join(".git").exists()).unwrap_or(cwd);
-    std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf())
+    crate::platform::paths::canonical(root).unwrap_or_else(|_| root.to_path_buf())
 }
 
 /// The folder in lathe's data directory where what lathe keeps about the
@@ -765,6 +765,9 @@ mod tests {
 
     #[test]
     fn a_file_with_a_broken_line_still_loads_the_others() {
+        if !crate::platform::testing::unix_paths() {
+            return;
+        }
         let text = "project = \"/home/you/project\"\n\
                     [[allow]]\n\
                     command = \"cargo test\"\n\
@@ -816,6 +819,9 @@ mod tests {
 
     #[test]
     fn rules_round_trip_through_their_tables() {
+        if !crate::platform::testing::unix_paths() {
+            return;
+        }
         let rules = [
             (true, Rule::Command(CommandRule::Exact { command: "cargo test \"a b\"".into(), cwd: project() })),
             (true, Rule::Command(CommandRule::ReadOnly(vec!["git".into(), "log".into()]))),
@@ -837,6 +843,9 @@ mod tests {
 
     #[test]
     fn files_are_changed_in_place_and_private() {
+        if !crate::platform::testing::unix_paths() {
+            return;
+        }
         let dir = tempfile::tempdir().unwrap();
         let file = RuleFile::project(dir.path(), &project());
         let make = Rule::Command(CommandRule::Exact { command: "make".into(), cwd: project() });

@@ -426,14 +426,20 @@ mod tests {
         skill_file(home.path(), "secret", "---\nname: leak\ndescription: l\n---\nL.");
         skill_file(home.path(), "elsewhere", "---\nname: elsewhere\ndescription: e\n---\nE.");
         std::fs::create_dir_all(lathe.join("leak")).unwrap();
-        assert!(crate::platform::testing::symlink(home.path().join("secret/SKILL.md"), lathe.join("leak/SKILL.md")));
-        assert!(crate::platform::testing::symlink(home.path().join("elsewhere"), lathe.join("elsewhere")));
+        if !crate::platform::testing::symlink(home.path().join("secret/SKILL.md"), lathe.join("leak/SKILL.md")) {
+            return;
+        }
+        if !crate::platform::testing::symlink(home.path().join("elsewhere"), lathe.join("elsewhere")) {
+            return;
+        }
         std::fs::create_dir_all(lathe.join("big")).unwrap();
         let big = std::fs::File::create(lathe.join("big").join(SKILL_FILE)).unwrap();
         big.set_len(50 * 1024 * 1024).unwrap();
         (&big).write_all(b"---\nname: big\ndescription: b\n---\n").unwrap();
         std::fs::create_dir_all(lathe.join("fifo")).unwrap();
-        assert!(crate::platform::testing::fifo(&lathe.join("fifo").join(SKILL_FILE)));
+        if !crate::platform::testing::fifo(&lathe.join("fifo").join(SKILL_FILE)) {
+            return;
+        }
         skill_file(&lathe, "broken", "---\nname: broken\n---\nno description");
         skill_file(&lathe, "unclosed", "---\nname: unclosed\ndescription: d\n");
         std::fs::create_dir_all(lathe.join("empty")).unwrap();

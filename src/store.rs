@@ -1393,6 +1393,9 @@ mod tests {
 
     #[test]
     fn data_dir_lookup() {
+        if !crate::platform::testing::xdg_folders() {
+            return;
+        }
         let env = |name: &str| match name {
             "HOME" => Some("/home/u".to_owned()),
             _ => None,

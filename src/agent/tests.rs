@@ -1290,6 +1290,9 @@ fn group_alive(pgid: i32) -> bool {
 /// dropped and the command's process tree is gone.
 #[tokio::test(start_paused = true)]
 async fn a_cancel_ends_every_sub_agent_and_its_commands() {
+    if !crate::platform::testing::posix_shell() {
+        return;
+    }
     let mut f = Fixture::new().await;
     f.agents = crate::agents::Agents::with(vec![worker()]);
     f.policy = Mutex::new(Policy::new(Mode::FullAuto));

@@ -267,7 +267,7 @@ fn open(data_dir: &Path) -> Result<Store, StoreError> {
 
 /// Every saved session (in `cwd`, when given), most recently used first.
 fn all(store: &Store, cwd: Option<&Path>) -> Vec<SessionSummary> {
-    let cwd = cwd.map(|dir| dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf()));
+    let cwd = cwd.map(|dir| crate::platform::paths::canonical(dir).unwrap_or_else(|_| dir.to_path_buf()));
     store.list(cwd.as_deref(), None, usize::MAX).sessions
 }
 

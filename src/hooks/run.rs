@@ -1,5 +1,6 @@
-//! Running one hook: `sh -c <command>` started the way lathe starts every
-//! command ([`start`], the one place a hook is started: through the
+//! Running one hook: `<command>` in the shell commands run in
+//! (`crate::platform::shell`: `sh -c` on Unix, PowerShell or `cmd.exe` on
+//! Windows), started the way lathe starts every command ([`start`], the one place a hook is started: through the
 //! session's launcher, so the trampoline, the scrubbed environment and the
 //! death with lathe are the commands'), its input on stdin, its output read
 //! (capped), within its timeout. A cancel kills its whole process group at
@@ -14,7 +15,7 @@ use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
 use super::Hook;
-use crate::platform::process::{CommandLine, Ending, Spawned};
+use crate::platform::process::{Ending, Spawned};
 use crate::tools::Launcher;
 
 /// Bytes of a hook's stdout, and of its stderr, kept; the rest is read and dropped.
@@ -63,8 +64,8 @@ pub struct Place<'a> {
 }
 
 /// Starts `command` for a hook: the only place hooks are started.
-fn start(launcher: &Launcher, command: &str, place: Place<'_>) -> std::io::Result<Spawned> {
-    let line = CommandLine::new("/bin/sh", &["-c".to_owned(), command.to_owned()]);
+async fn start(launcher: &Launcher, command: &str, place: Place<'_>) -> std::io::Result<Spawned> {
+    let line = launcher.shell().await.line(command);
     launcher.spawn(&line, false, |cmd: &mut Command| {
         cmd.current_dir(place.cwd)
             .env("LATHE_PROJECT_DIR", place.project)
@@ -77,7 +78,7 @@ fn start(launcher: &Launcher, command: &str, place: Place<'_>) -> std::io::Resul
 
 /// Runs `hook` with `input` on its stdin; see the module docs.
 pub async fn run(hook: &Hook, input: &str, place: Place<'_>, launcher: &Launcher, cancel: &CancellationToken) -> Ran {
-    let mut child = match start(launcher, &hook.spec.command, place) {
+    let mut child = match start(launcher, &hook.spec.command, place).await {
         Ok(child) => child,
         Err(err) => return Ran::NotStarted(err.to_string()),
     };
@@ -184,6 +185,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_hook_gets_its_input_and_is_heard() {
+        if !crate::platform::testing::posix_shell() {
+            return;
+        }
         let dir = tempfile::tempdir().unwrap();
         let cancel = CancellationToken::new();
         let echo =
@@ -195,10 +199,24 @@ mod tests {
         assert_eq!(stderr, "warn\n");
     }
 
+    /// The hook runs in this system's shell (`sh`, or on Windows PowerShell
+    /// or `cmd.exe`, where `/bin/sh` is not).
+    #[tokio::test]
+    async fn a_hook_runs_in_the_systems_shell() {
+        let dir = tempfile::tempdir().unwrap();
+        let echo = hook("echo hook-ran", Duration::from_secs(30));
+        let ran = run(&echo, "", place(dir.path()), Launcher::unsupervised(), &CancellationToken::new()).await;
+        let Ran::Exited { code: 0, stdout, .. } = ran else { panic!("{ran:?}") };
+        assert_eq!(stdout.trim_end(), "hook-ran");
+    }
+
     /// A hook that sleeps is killed on cancel, with everything it started,
     /// at once; one past its timeout is killed and reported.
     #[tokio::test]
     async fn a_sleeping_hook_is_killed_on_cancel_and_at_its_timeout() {
+        if !crate::platform::testing::posix_shell() {
+            return;
+        }
         let dir = tempfile::tempdir().unwrap();
         let pid_file = dir.path().join("pid");
         let sleeper = hook(&format!("sleep 30 & echo $! > '{}'; wait", pid_file.display()), Duration::from_secs(60));

@@ -41,6 +41,18 @@ pub fn expand(cwd: &Path, asked: &str) -> PathBuf {
     if Path::new(asked).is_absolute() { PathBuf::from(asked) } else { cwd.join(asked) }
 }
 
+/// `std::fs::canonicalize` in the spelling the path authority gives real
+/// paths: on Windows without `\\?\` where the plain form names the same
+/// (`dunce`'s rule), so that a canonical root and a target's real path
+/// compare (`\\?\C:\p` does not start with `C:\p`, nor the other way).
+pub fn canonical(path: &Path) -> std::io::Result<PathBuf> {
+    #[cfg(windows)]
+    let real = dunce::canonicalize(path);
+    #[cfg(not(windows))]
+    let real = std::fs::canonicalize(path);
+    real
+}
+
 /// The path as the user would write it: relative to `cwd` when inside it.
 pub fn display(path: &Path, cwd: &Path) -> String {
     match path.strip_prefix(cwd) {
@@ -53,6 +65,20 @@ pub fn display(path: &Path, cwd: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A canonical root holds the real paths the authority gives what is
+    /// in it (on Windows both without `\\?\`), so the roots' protected
+    /// paths and checkpoints' walks compare with judged targets.
+    #[test]
+    fn canonical_roots_hold_the_authoritys_real_paths() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("sub").join("a.txt"), "a").unwrap();
+        let root = canonical(dir.path()).unwrap();
+        let real = super::super::authority::Target::of(&dir.path().join("sub").join("a.txt")).real;
+        assert!(real.starts_with(&root), "{} in {}", real.display(), root.display());
+        assert_eq!(canonical(&dir.path().join("sub")).unwrap(), root.join("sub"));
+    }
 
     #[test]
     fn normalisation_is_lexical() {

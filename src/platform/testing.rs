@@ -109,6 +109,34 @@ pub fn non_unicode_file(dir: &Path, before: &str, after: &str, content: &str) ->
     }
 }
 
+/// Whether commands here run in a POSIX shell (`sh -c`), which a test's
+/// command line is written for; Windows' are PowerShell or `cmd.exe`.
+pub fn posix_shell() -> bool {
+    cfg!(unix) || skipped("an sh command line", "the shell here is PowerShell or cmd.exe (platform::shell)")
+}
+
+/// Whether absolute Unix paths (`/home/u`) are absolute here, for tests
+/// whose fixtures are written with them: on Windows a path needs a drive.
+pub fn unix_paths() -> bool {
+    cfg!(unix) || skipped("absolute Unix paths (`/home/u`)", "on Windows a path without a drive is not absolute")
+}
+
+/// Whether lathe's folders follow XDG (`$XDG_CONFIG_HOME`, `~/.config`);
+/// Windows' are its Known Folders (platform::folders).
+pub fn xdg_folders() -> bool {
+    cfg!(unix) || skipped("the XDG folders", "Windows has its Known Folders (%APPDATA%, %LOCALAPPDATA%)")
+}
+
+/// Whether `File::set_len` past the end leaves a sparse file (Unix file
+/// systems do; on Windows a file is sparse only once marked so).
+pub fn sparse_files() -> bool {
+    cfg!(unix)
+        || skipped(
+            "a sparse file",
+            "Windows' set_len allocates: a file is sparse only once marked so (FSCTL_SET_SPARSE)",
+        )
+}
+
 /// Kills the process `pid` at once (SIGKILL; `taskkill /F` on Windows).
 pub fn kill(pid: u32) -> std::io::Result<()> {
     sys::kill(pid)

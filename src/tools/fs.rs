@@ -1040,7 +1040,7 @@ mod tests {
         let fx = Fixture::new();
         let missing = fx.read(json!({"path": "nope/x.rs"})).await;
         assert_eq!(missing.status, OutcomeStatus::Failed);
-        let resolved = fx.cwd().join("nope/x.rs");
+        let resolved = fx.cwd().join("nope").join("x.rs");
         assert!(missing.for_model.contains(&resolved.display().to_string()), "{}", missing.for_model);
 
         fx.file("empty.txt", "");

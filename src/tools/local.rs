@@ -187,7 +187,8 @@ mod tests {
         std::fs::write(&text, "héllo\n").unwrap();
         assert_eq!(read(&text).unwrap(), "héllo\n");
 
-        let nul = dir.path().join("nul.bin");
+        // Not `nul.*`: a reserved device name on Windows.
+        let nul = dir.path().join("zero.bin");
         std::fs::write(&nul, b"abc\0def").unwrap();
         let err = read(&nul).unwrap_err().to_string();
         assert!(err.contains("binary file (7 bytes)"), "{err}");

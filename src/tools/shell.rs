@@ -1024,6 +1024,9 @@ mod tests {
 
     #[tokio::test]
     async fn non_zero_exit_fails_and_stderr_is_captured() {
+        if !crate::platform::testing::posix_shell() {
+            return;
+        }
         let dir = tempfile::tempdir().unwrap();
         let outcome = run_local(args("echo out; echo err >&2; exit 3"), dir.path(), &CancellationToken::new()).await;
         assert_eq!(outcome.status, OutcomeStatus::Failed);
@@ -1036,6 +1039,9 @@ mod tests {
 
     #[tokio::test]
     async fn runs_in_the_requested_directory() {
+        if !crate::platform::testing::posix_shell() {
+            return;
+        }
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("sub")).unwrap();
         std::fs::write(dir.path().join("file"), "").unwrap();
@@ -1055,6 +1061,9 @@ mod tests {
 
     #[tokio::test]
     async fn children_run_non_interactively() {
+        if !crate::platform::testing::posix_shell() {
+            return;
+        }
         let dir = tempfile::tempdir().unwrap();
         let command = "echo $PAGER $GIT_PAGER $TERM $GIT_TERMINAL_PROMPT; read line; echo \"read:$?:$line\"";
         let outcome = run_local(args(command), dir.path(), &CancellationToken::new()).await;
@@ -1064,6 +1073,9 @@ mod tests {
 
     #[tokio::test]
     async fn huge_output_keeps_head_and_tail() {
+        if !crate::platform::testing::posix_shell() {
+            return;
+        }
         let dir = tempfile::tempdir().unwrap();
         let command = "printf start; head -c 5000000 /dev/zero | tr '\\0' a; printf end";
         let outcome = run_local(args(command), dir.path(), &CancellationToken::new()).await;
@@ -1081,6 +1093,9 @@ mod tests {
 
     #[tokio::test]
     async fn escapes_and_overwrites_are_cleaned() {
+        if !crate::platform::testing::posix_shell() {
+            return;
+        }
         let dir = tempfile::tempdir().unwrap();
         let command = "printf '\\033[1;31mred\\033[0m \\033]0;title\\007ok\\n10%%\\r50%%\\r100%%\\r\\n'";
         let outcome = run_local(args(command), dir.path(), &CancellationToken::new()).await;
@@ -1108,6 +1123,9 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn timeout_kills_the_whole_group() {
+        if !crate::platform::testing::posix_shell() {
+            return;
+        }
         let dir = tempfile::tempdir().unwrap();
         // SLEEPERS, but the pid file comes last: once it is there, the line
         // is in the pipe and both sleeps run, however slow the machine.
@@ -1121,6 +1139,9 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn endless_output_times_out_with_bounded_memory() {
+        if !crate::platform::testing::posix_shell() {
+            return;
+        }
         let dir = tempfile::tempdir().unwrap();
         // Four times what is kept has been read before the pid file appears.
         let volume = 4 * ToolLimits::default().shell_output_bytes;
@@ -1135,6 +1156,9 @@ mod tests {
     /// any timer (the kill grace, the command's timeout), or never.
     #[tokio::test(start_paused = true)]
     async fn cancel_kills_the_group_at_once() {
+        if !crate::platform::testing::posix_shell() {
+            return;
+        }
         let _clock = FrozenClock::hold().await;
         let dir = tempfile::tempdir().unwrap();
         let cancel = CancellationToken::new();
@@ -1152,6 +1176,9 @@ mod tests {
 
     #[tokio::test]
     async fn dropping_the_run_kills_the_group() {
+        if !crate::platform::testing::posix_shell() {
+            return;
+        }
         let dir = tempfile::tempdir().unwrap();
         let cancel = CancellationToken::new();
         let run = Box::pin(run_local(args(SLEEPERS), dir.path(), &cancel));
@@ -1167,6 +1194,9 @@ mod tests {
     /// waiting out the output drain's timeout for the `sleep` holding the pipe.
     #[tokio::test(start_paused = true)]
     async fn background_processes_do_not_outlive_the_command() {
+        if !crate::platform::testing::posix_shell() {
+            return;
+        }
         let _clock = FrozenClock::hold().await;
         let dir = tempfile::tempdir().unwrap();
         let never = CancellationToken::new();
@@ -1178,6 +1208,9 @@ mod tests {
 
     #[tokio::test]
     async fn terminal_runs_create_progress_wait_output_release() {
+        if !crate::platform::testing::posix_shell() {
+            return;
+        }
         let exit = TerminalExit { exit_code: Some(0), signal: None };
         let (outcome, calls) = run_editor(args("echo hi"), Script::Exits(exit), exited(0, "hi\n"), false).await;
         assert_eq!(

@@ -102,7 +102,7 @@ struct GitDirs {
 /// by `realpath(3)`, one system call per component (this runs at every
 /// sandboxed command's start); a missing one as the file tools judge it.
 fn real(path: &Path) -> PathBuf {
-    std::fs::canonicalize(path).unwrap_or_else(|_| crate::platform::authority::Target::of(path).real)
+    crate::platform::paths::canonical(path).unwrap_or_else(|_| crate::platform::authority::Target::of(path).real)
 }
 
 /// Reads a small text file, at most [`MAX_READ`] bytes of it.
