@@ -26,7 +26,7 @@ use crate::support::mock_openai::{text_reply, tool_call_reply, tool_result};
 pub(super) fn fixture_path() -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary's path");
     let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>");
-    let path = profile_dir.join("examples").join("mcp_fixture");
+    let path = profile_dir.join("examples").join(format!("mcp_fixture{}", std::env::consts::EXE_SUFFIX));
     let built = std::fs::metadata(&path).and_then(|m| m.modified());
     let sources = ["examples/mcp_fixture.rs", "tests/support/mcp_server.rs"]
         .map(|source| std::fs::metadata(Path::new(env!("CARGO_MANIFEST_DIR")).join(source)).and_then(|m| m.modified()));

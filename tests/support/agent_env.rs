@@ -40,6 +40,11 @@ pub fn environment(home: &Path, envs: &[(&str, &str)]) -> Vec<(String, String)> 
         // Whatever runs on this machine's usual model-server ports is not the test's.
         ("LATHE_DISCOVER".to_owned(), "off".to_owned()),
     ];
+    // Windows' data folder is a Known Folder (%LOCALAPPDATA%), which no
+    // variable above moves: named, so sessions stay under `home` there too.
+    if cfg!(windows) {
+        vars.push(("LATHE_DATA_DIR".to_owned(), path(home.join(".local").join("share").join("lathe"))));
+    }
     vars.extend(envs.iter().map(|(name, value)| ((*name).to_owned(), (*value).to_owned())));
     vars
 }
