@@ -14,7 +14,11 @@
 //! wall clock, and the CPU time its processes used is taken from the
 //! kernel's count for waited-for children (less sensitive to a loaded
 //! machine than the wall clock); the variants take turns in a rotating order so that a change
-//! in the machine's load falls on all of them alike. Prints the median and
+//! in the machine's load falls on all of them alike. With the argument
+//! `parts` (`cargo bench --bench sandbox -- parts`), the default sandbox is
+//! also timed with one part left out at a time (the mount namespace, the
+//! seccomp filter, the read allow-list around `$HOME`), so that what each
+//! costs is its variant's distance from the whole. Prints the median and
 //! quartiles of each (200 runs by default, after 5 unrecorded ones), the
 //! median CPU time, and the load average before and after. BENCHMARKS.md has the method and the
 //! figures.
@@ -51,6 +55,7 @@ fn main() {
         return;
     }
     let runs: usize = std::env::args().skip(1).find_map(|arg| arg.parse().ok()).unwrap_or(200);
+    let parts = std::env::args().skip(1).any(|arg| arg == "parts");
     let lathe = PathBuf::from(env!("CARGO_BIN_EXE_lathe"));
     let baseline = std::env::var_os("LATHE_BENCH_BASELINE").map(PathBuf::from);
     let root = tempfile::tempdir().unwrap();
@@ -81,6 +86,21 @@ fn main() {
         ("trampoline, sandbox, network off (the default)".into(), trampoline(&lathe, &offline)),
     ];
     variants.push(("trampoline, sandbox, network off, no keeper".into(), trampoline(&lathe, &unkept)));
+    if parts {
+        // The default (network off, with the keeper) less one part each.
+        let less = |part: &'static str| -> Vec<&str> { offline.iter().copied().chain(["--without", part]).collect() };
+        let no_home: Vec<&str> = {
+            let at = offline.iter().position(|arg| *arg == "--home").unwrap();
+            offline[..at].iter().chain(&offline[at + 2..]).copied().collect()
+        };
+        for (name, args) in [
+            ("without the mount namespace", less("namespaces")),
+            ("without the seccomp filter", less("seccomp")),
+            ("without the read allow-list (no --home)", no_home),
+        ] {
+            variants.push((format!("trampoline, sandbox, network off, {name}"), trampoline(&lathe, &args)));
+        }
+    }
     if let Some(baseline) = &baseline {
         let old = ["--sandbox", "--write", root_arg, "--write", temp_arg];
         let old_offline: Vec<&str> = old.iter().copied().chain(["--no-network"]).collect();
