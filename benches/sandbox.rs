@@ -64,7 +64,7 @@ fn main() {
     // users run (an install copies, an archive is written whole).
     let copies = tempfile::tempdir().unwrap();
     let copy = |from: &std::path::Path, name: &str| {
-        let to = copies.path().join(name);
+        let to = copies.path().join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
         std::fs::copy(from, &to).unwrap();
         to
     };
