@@ -55,6 +55,7 @@ use super::{
 };
 use crate::cancel::{Cancelled, OrCancel as _};
 use crate::platform::process::Ending as Exit;
+use crate::platform::sandbox::{NetworkCut, SandboxPolicy, suspected_denial, suspected_network_failure};
 
 mod rules;
 
@@ -224,28 +225,23 @@ fn report_sandbox(outcome: &mut ToolOutcome, run: &Run<'_>, ctx: &ToolContext<'_
     }
     let mut denial = None;
     let policy = ctx.host.launcher().sandbox().and_then(|sandbox| sandbox.policy().ok());
-    let cut =
-        policy.map_or(crate::platform::sandbox::NetworkCut::On, crate::platform::sandbox::SandboxPolicy::network_cut);
-    let offline =
-        matches!(cut, crate::platform::sandbox::NetworkCut::Off | crate::platform::sandbox::NetworkCut::TcpOnly);
-    let network_failure =
-        offline.then(|| crate::platform::sandbox::suspected_network_failure(&outcome.for_model)).flatten();
+    let cut = policy.map_or(NetworkCut::On, SandboxPolicy::network_cut);
+    let offline = matches!(cut, NetworkCut::Off | NetworkCut::TcpOnly);
+    let network_failure = offline.then(|| suspected_network_failure(&outcome.for_model)).flatten();
     if outcome.status == OutcomeStatus::Failed
-        && let Some(line) = network_failure.or_else(|| crate::platform::sandbox::suspected_denial(&outcome.for_model))
+        && let Some(line) = network_failure.or_else(|| suspected_denial(&outcome.for_model))
     {
         let rules = policy.map(|policy| format!(": {}", policy.describe())).unwrap_or_default();
         let why = match cut {
-            crate::platform::sandbox::NetworkCut::Off => {
+            NetworkCut::Off => {
                 "the sandbox may have refused it, and it has no network: a download, a package install or a name \
                  lookup fails in it"
             }
-            crate::platform::sandbox::NetworkCut::TcpOnly => {
+            NetworkCut::TcpOnly => {
                 "the sandbox may have refused it, and it refuses TCP connections: a download or a package install \
                  fails in it"
             }
-            crate::platform::sandbox::NetworkCut::On | crate::platform::sandbox::NetworkCut::Nothing => {
-                "the sandbox may have refused it"
-            }
+            NetworkCut::On | NetworkCut::Nothing => "the sandbox may have refused it",
         };
         outcome.for_model.push_str(&format!(
             "\n\n[lathe] This command ran in the sandbox{rules}. Its output says `{line}`: {why}. If it needs \

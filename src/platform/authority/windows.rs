@@ -48,10 +48,7 @@ pub(super) fn keep(file: &File, kept: &Kept) -> std::io::Result<()> {
 /// boundary compares paths without folding case itself (no false "inside"
 /// on a case-sensitive folder). As it was when it cannot be read.
 pub(super) fn spelled(path: PathBuf) -> PathBuf {
-    match std::fs::canonicalize(&path) {
-        Ok(real) => dunce::simplified(&real).to_path_buf(),
-        Err(_) => path,
-    }
+    crate::platform::paths::canonical(&path).unwrap_or(path)
 }
 
 /// The identity of what `path` names, and its hard links, read from a handle
