@@ -22,7 +22,8 @@ pub fn scrubbed(name: &str) -> bool {
 
 /// The variables an agent gets on top of the (scrubbed) inherited
 /// environment, later entries winning: `HOME` and `XDG_CONFIG_HOME` in
-/// `home` (so no user config leaks in), sessions saved under `home`,
+/// `home` (so no user config leaks in; on Windows `USERPROFILE` and
+/// `APPDATA`), sessions saved under `home`,
 /// loopback exempt from any proxy (`NO_PROXY`), no looking for model
 /// servers running on the machine (`LATHE_DISCOVER=off`: a test that wants
 /// it names its mock servers' ports), then `envs`. The one description of
@@ -40,10 +41,12 @@ pub fn environment(home: &Path, envs: &[(&str, &str)]) -> Vec<(String, String)> 
         // Whatever runs on this machine's usual model-server ports is not the test's.
         ("LATHE_DISCOVER".to_owned(), "off".to_owned()),
     ];
-    // Windows' data folder is a Known Folder (%LOCALAPPDATA%), which no
-    // variable above moves: named, so sessions stay under `home` there too.
+    // Windows' folders: the profile (`~`), `%APPDATA%` (config) and
+    // `%LOCALAPPDATA%` (sessions), all under `home` as on Unix.
     if cfg!(windows) {
-        vars.push(("LATHE_DATA_DIR".to_owned(), path(home.join(".local").join("share").join("lathe"))));
+        vars.push(("USERPROFILE".to_owned(), path(home.to_path_buf())));
+        vars.push(("APPDATA".to_owned(), path(home.join("AppData").join("Roaming"))));
+        vars.push(("LOCALAPPDATA".to_owned(), path(home.join("AppData").join("Local"))));
     }
     vars.extend(envs.iter().map(|(name, value)| ((*name).to_owned(), (*value).to_owned())));
     vars
