@@ -42,11 +42,13 @@ pub fn environment(home: &Path, envs: &[(&str, &str)]) -> Vec<(String, String)> 
         ("LATHE_DISCOVER".to_owned(), "off".to_owned()),
     ];
     // Windows' folders: the profile (`~`), `%APPDATA%` (config) and
-    // `%LOCALAPPDATA%` (sessions), all under `home` as on Unix.
+    // `%LOCALAPPDATA%`, all under `home`; sessions where the tests look for
+    // them on every system (named: Windows has no `XDG_DATA_HOME`).
     if cfg!(windows) {
         vars.push(("USERPROFILE".to_owned(), path(home.to_path_buf())));
         vars.push(("APPDATA".to_owned(), path(home.join("AppData").join("Roaming"))));
         vars.push(("LOCALAPPDATA".to_owned(), path(home.join("AppData").join("Local"))));
+        vars.push(("LATHE_DATA_DIR".to_owned(), path(home.join(".local").join("share").join("lathe"))));
     }
     vars.extend(envs.iter().map(|(name, value)| ((*name).to_owned(), (*value).to_owned())));
     vars
