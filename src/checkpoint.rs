@@ -64,7 +64,7 @@ use crate::model::Message;
 use crate::platform::authority::{Found, GuardError, Target};
 use crate::platform::files;
 use crate::platform::stamp::FileStamp;
-use crate::store::create_private_dir;
+use crate::store::create_private_dir_below;
 
 /// Why `/undo` left a file alone that was changed after the turn (the
 /// reply's `--force` hint is given for this reason only).
@@ -477,6 +477,14 @@ fn merge_list<T>(mine: &mut Vec<T>, theirs: Vec<T>, synced: &HashSet<String>, id
 }
 
 impl Checkpoints {
+    /// Creates `dir` (this session's checkpoints or a folder in them), and
+    /// the session's folder if need be, but never the sessions folder above
+    /// it: a checkpoint saved after that was removed makes nothing again.
+    fn create_dir(&self, dir: &Path) -> std::io::Result<()> {
+        let sessions = self.dir.parent().and_then(Path::parent).unwrap_or(&self.dir);
+        create_private_dir_below(sessions, dir)
+    }
+
     /// Checkpoints kept in `dir` (created when first needed), at most
     /// `max_bytes` of saved content. What lies under `excluded` is never scanned.
     pub fn new(dir: PathBuf, excluded: Vec<PathBuf>, max_bytes: u64) -> Checkpoints {
@@ -719,7 +727,8 @@ impl Checkpoints {
             return;
         }
         let dir = self.dir.join(LIVE_DIR);
-        let taken = create_private_dir(&dir)
+        let taken = self
+            .create_dir(&dir)
             .and_then(|()| lock_file(&dir.join(&self.owner)))
             .and_then(|file| flock(&file, false).map(|locked| locked.then_some(file)));
         match taken {
@@ -798,7 +807,7 @@ impl Checkpoints {
             return Ok(());
         }
         let io = |source| CheckpointError::Io { path: self.dir.clone(), source };
-        create_private_dir(&self.dir).map_err(io)?;
+        self.create_dir(&self.dir).map_err(io)?;
         // Live while the file holds this front end's turn being recorded
         // (and from its first copy, see `store`); not for a write without one.
         if state.index.as_ref().is_some_and(|index| index.recording.is_some()) {
@@ -874,7 +883,7 @@ impl Checkpoints {
         // Not flushed to the device one by one (a command's first scan may
         // save thousands): a copy a crash tore fails its hash check when
         // loaded, and is then named as not restored, never written back.
-        let written = create_private_dir(&dir).and_then(|()| {
+        let written = self.create_dir(&dir).and_then(|()| {
             let mut temp = tempfile::NamedTempFile::new_in(&dir)?;
             temp.write_all(bytes)?;
             temp.persist(&path).map_err(|err| err.error)
@@ -1633,6 +1642,8 @@ mod tests {
             let base = crate::platform::paths::canonical(temp.path()).unwrap();
             let root = base.join("project");
             std::fs::create_dir_all(&root).unwrap();
+            // Made by the session store at its start (checkpoints never make it).
+            std::fs::create_dir_all(base.join("sessions")).unwrap();
             Fixture { _temp: temp, root, store: base.join("sessions") }
         }
 
@@ -1833,6 +1844,23 @@ mod tests {
         checkpoints.finish_turn(2, true);
         checkpoints.persist();
         assert!(!fx.store.join("s1").exists());
+    }
+
+    /// Checkpoints saved after the sessions folder was removed (a late save
+    /// at the end of a test, the user clearing their history) make nothing
+    /// again: neither the session's folder nor the sessions folder.
+    #[test]
+    fn a_removed_sessions_folder_is_not_made_again() {
+        let fx = Fixture::new();
+        let file = fx.root.join("a.txt");
+        std::fs::write(&file, "before\n").unwrap();
+        let checkpoints = fx.checkpoints(1 << 20);
+        std::fs::remove_dir_all(&fx.store).unwrap();
+        checkpoints.begin_turn("write", 0);
+        write(&checkpoints, &file, "after\n");
+        checkpoints.finish_turn(2, true);
+        checkpoints.persist();
+        assert!(!fx.store.exists());
     }
 
     /// The checkpoints of a turn can be written before the store creates the

@@ -304,6 +304,21 @@ pub(crate) fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     crate::platform::private::create_dir(dir)
 }
 
+/// Like [`create_private_dir`], but only below `kept`, which must exist: a
+/// write that comes late (a session's last save, a checkpoint) never makes
+/// the sessions folder or anything above it again once it is gone. Whoever
+/// removed it while lathe ran (the user clearing their history, a test's
+/// temporary home at its end) meant it; the store made it at start-up.
+pub(crate) fn create_private_dir_below(kept: &Path, dir: &Path) -> std::io::Result<()> {
+    if !kept.is_dir() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("{} was removed while lathe ran: not made again", kept.display()),
+        ));
+    }
+    create_private_dir(dir)
+}
+
 impl Store {
     /// Opens (creating if needed) the store under `data_dir/sessions`, after
     /// checking with a real write that sessions can be saved there. What the
@@ -876,7 +891,8 @@ impl<D: Disk> Writer<D> {
             }
             WriterCommand::IndexChanged => {}
             WriterCommand::Create { meta, dir, done } => {
-                let created = create_private_dir(&dir).and_then(|()| write_meta(&dir, &meta));
+                let sessions = dir.parent().unwrap_or(&dir);
+                let created = create_private_dir_below(sessions, &dir).and_then(|()| write_meta(&dir, &meta));
                 if created.is_ok() {
                     self.indexed(&dir, meta);
                 }
@@ -1187,6 +1203,22 @@ mod tests {
         let lines = log_lines(dir.path(), "sess_a");
         assert_eq!(lines.len(), 3, "{lines:#?}");
         assert!(lines.iter().all(|line| !line.is_empty()), "{lines:#?}");
+    }
+
+    /// A data folder removed while lathe runs (the user clearing their
+    /// history; a test's temporary home at its end) is not made again by a
+    /// session created or saved after: the store made it at its start.
+    #[tokio::test]
+    async fn a_removed_data_folder_is_not_made_again() {
+        let parent = tempfile::tempdir().unwrap();
+        let data = parent.path().join("data");
+        let store = Store::open(&data, Retention::default(), ignore()).unwrap();
+        store.create(&meta("sess_a")).await.unwrap();
+        std::fs::remove_dir_all(&data).unwrap();
+        assert!(store.create(&meta("sess_b")).await.is_err());
+        store.append("sess_a", &Record::Message(user("late")));
+        store.close("sess_a").wait().await;
+        assert!(!data.exists(), "made again: {:?}", std::fs::read_dir(&data).map(|d| d.count()));
     }
 
     #[tokio::test]
