@@ -53,6 +53,7 @@
 //! The module knows nothing of tools, ACP or the model; its errors are kinds
 //! the callers phrase for their readers.
 
+mod names;
 #[cfg(unix)]
 #[path = "unix.rs"]
 mod sys;
@@ -197,6 +198,14 @@ fn start_of(path: &Path) -> PathBuf {
 /// Resolves `path` (absolute; a relative one counts from `/`) as the kernel
 /// would, following links, without needing the whole path to exist.
 fn walk(path: &Path) -> Walk {
+    let troubled = path.components().find_map(|component| match component {
+        Component::Normal(name) => sys::name_trouble(name).map(|why| (name, why)),
+        _ => None,
+    });
+    if let Some((name, why)) = troubled {
+        let why = format!("{}: {why}", name.to_string_lossy());
+        return Walk { real: path.to_path_buf(), found: Found::Unresolvable(why), anchor: None };
+    }
     let mut pending: VecDeque<Part> = parts(path).into();
     let mut real = start_of(path);
     let mut missing: Vec<OsString> = Vec::new();

@@ -23,6 +23,12 @@ pub(super) fn keep(file: &File, kept: &Kept) -> std::io::Result<()> {
     file.set_permissions(std::fs::Permissions::from_mode(kept.0))
 }
 
+/// Why a name would not name the file it spells: never, on Unix (see
+/// [`super::names`] for Windows).
+pub(super) fn name_trouble(_name: &OsStr) -> Option<&'static str> {
+    None
+}
+
 /// The spelling of an existing path with no link in it: on Unix the walk's
 /// own (every component is a real directory entry, so it is the only one).
 pub(super) fn spelled(path: PathBuf) -> PathBuf {

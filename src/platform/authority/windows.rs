@@ -38,6 +38,12 @@ pub(super) fn keep(file: &File, kept: &Kept) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Why a name would not name the file it spells (a device name, trailing
+/// dots or spaces, a stream): see [`super::names`].
+pub(super) fn name_trouble(name: &OsStr) -> Option<&'static str> {
+    super::names::windows_trouble(name)
+}
+
 /// The one spelling of an existing path with no link in it: the volume's
 /// (`GetFinalPathNameByHandleW`, through `std::fs::canonicalize`): the drive
 /// letter in upper case, every component in its on-disk case, 8.3 short

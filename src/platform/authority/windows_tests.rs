@@ -122,3 +122,22 @@ fn short_names_are_judged_by_the_long_ones() {
     // A root named by its short name.
     assert!(Target::of(&long_inside.join("f.txt")).is_inside(&[short_inside]));
 }
+
+/// A name Windows would not give the file it spells is refused before
+/// anything is touched: a device name (`nul.txt` would swallow the write
+/// and report success), trailing dots (`.git.` is `.git`), a stream.
+#[test]
+fn names_windows_would_change_are_refused() {
+    let tree = tree();
+    std::fs::create_dir_all(tree.project.join(".git").join("hooks")).unwrap();
+    for name in [r"nul.txt", r"src\CON", r"aux.rs", r".git.\hooks\pre-commit", r"a.txt:hidden", r"b.txt "] {
+        let target = Target::of(&tree.project.join(name));
+        assert!(matches!(target.found, Found::Unresolvable(_)), "{name}: {target:?}");
+        assert!(matches!(target.write_atomic(b"x"), Err(GuardError::Unresolvable(_))), "{name}");
+    }
+    assert!(!tree.project.join(".git").join("hooks").join("pre-commit").exists());
+    assert_eq!(std::fs::read_to_string(tree.project.join("a.txt")).unwrap(), "a");
+    // Names that only look alike are files like any other.
+    Target::of(&tree.project.join("null.txt")).write_atomic(b"kept").unwrap();
+    assert_eq!(std::fs::read_to_string(tree.project.join("null.txt")).unwrap(), "kept");
+}
