@@ -1,6 +1,14 @@
 //! Path text, without touching the file system: `.` and `..` resolved
 //! lexically, and a path shown the way the user would write it.
 //!
+//! The spelling rule, in one place: a path RELATIVE to a root or the working
+//! directory is shown to the model and to the user with `/` between its
+//! names on every system ([`relative_text`], [`display`]), as git prints
+//! paths on Windows and as editors' relative paths are; an ABSOLUTE path
+//! stays in the system's own spelling (`C:\Users\...`), and so do the
+//! absolute `path`/`locations` fields ACP carries. Tool arguments accept
+//! `/` and `\` alike on Windows (a [`Path`] does).
+//!
 //! On Windows a [`Path`] already accepts `/` and `\` and keeps its prefix
 //! (`C:`, `\\?\C:`, `\\server\share`) as the first component, which both
 //! functions carry through unchanged. Which real object a path names (links,
@@ -53,13 +61,24 @@ pub fn canonical(path: &Path) -> std::io::Result<PathBuf> {
     real
 }
 
-/// The path as the user would write it: relative to `cwd` when inside it.
+/// The path as the user would write it: relative to `cwd` when inside it,
+/// then with `/` between its names ([`relative_text`]); a path outside `cwd`
+/// in full, in the system's spelling.
 pub fn display(path: &Path, cwd: &Path) -> String {
     match path.strip_prefix(cwd) {
         Ok(relative) if relative.as_os_str().is_empty() => ".".to_owned(),
-        Ok(relative) => relative.display().to_string(),
+        Ok(relative) => relative_text(relative),
+        Err(_) if path.is_relative() => relative_text(path),
         Err(_) => path.display().to_string(),
     }
+}
+
+/// A relative path as text with `/` between its names on every system
+/// (`nested/deep/mod.rs`, never `nested\deep\mod.rs`). Where `/` is the
+/// only separator this is the path as it is: a `\` there is part of a name.
+pub fn relative_text(relative: &Path) -> String {
+    let text = relative.display().to_string();
+    if std::path::MAIN_SEPARATOR == '/' { text } else { text.replace(std::path::MAIN_SEPARATOR, "/") }
 }
 
 #[cfg(test)]
@@ -107,9 +126,22 @@ mod tests {
     #[test]
     fn shown_relative_to_the_cwd() {
         let cwd = std::env::temp_dir().join("p");
-        assert_eq!(display(&cwd.join("src").join("a.rs"), &cwd), Path::new("src").join("a.rs").display().to_string());
+        assert_eq!(display(&cwd.join("src").join("a.rs"), &cwd), "src/a.rs", "relative: `/` on every system");
         assert_eq!(display(&cwd, &cwd), ".");
         let elsewhere = std::env::temp_dir().join("q").join("x");
-        assert_eq!(display(&elsewhere, &cwd), elsewhere.display().to_string());
+        assert_eq!(display(&elsewhere, &cwd), elsewhere.display().to_string(), "absolute: the system's spelling");
+        assert_eq!(display(&Path::new("src").join("a.rs"), &cwd), "src/a.rs");
+    }
+
+    /// A relative path joined with the system's separator is shown with
+    /// `/`. Only where `\` separates (Windows) does this check a
+    /// conversion; on Unix `\` is part of a name and must stay.
+    #[test]
+    fn relative_paths_are_shown_with_slashes() {
+        let joined = Path::new("nested").join("deep").join("mod.rs");
+        assert_eq!(relative_text(&joined), "nested/deep/mod.rs");
+        let backslashed = PathBuf::from(r"nested\deep\mod.rs");
+        let expected = if std::path::MAIN_SEPARATOR == '\\' { "nested/deep/mod.rs" } else { r"nested\deep\mod.rs" };
+        assert_eq!(relative_text(&backslashed), expected, "a `\\` is a separator only where the system says so");
     }
 }

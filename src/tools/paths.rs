@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::platform::authority::Target;
-pub use crate::platform::paths::{display, normalize};
+pub use crate::platform::paths::{display, normalize, relative_text};
 
 /// The absolute, normalised path the model meant: absolute paths as given,
 /// relative ones against `cwd`, `~/` against the home directory; `.` and `..`

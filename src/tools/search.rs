@@ -206,9 +206,14 @@ fn base_target(path: Option<&str>, cwd: &Path) -> Target {
     Target::resolve(cwd, path.filter(|p| !p.trim().is_empty()).unwrap_or("."))
 }
 
-/// A directory as the title shows it: `src/`, `./`, `docs/ → /elsewhere/`.
+/// A directory as the title shows it: `src/`, `./`, `docs/ → /elsewhere/`
+/// (on Windows `docs/ → C:\elsewhere\`: a relative name ends in `/`, an
+/// absolute one in the system's separator).
 fn dir_title(target: &Target, cwd: &Path) -> String {
-    let slash = |shown: String| if shown.ends_with('/') { shown } else { format!("{shown}/") };
+    let slash = |shown: String| {
+        let end = if Path::new(&shown).is_absolute() { std::path::MAIN_SEPARATOR } else { '/' };
+        if shown.ends_with(end) { shown } else { format!("{shown}{end}") }
+    };
     if target.leads_elsewhere(cwd) {
         let named = paths::display(&target.named, cwd);
         format!("{} → {}", slash(named), slash(target.real.display().to_string()))
@@ -770,7 +775,7 @@ impl ListJob {
         let total = entries.len();
         let mut text = String::new();
         for (path, is_dir) in entries.iter().take(self.cap) {
-            let _ = writeln!(text, "{}{}", path.display(), if *is_dir { "/" } else { "" });
+            let _ = writeln!(text, "{}{}", paths::relative_text(path), if *is_dir { "/" } else { "" });
         }
         if total == 0 {
             text = if self.all {
@@ -1419,11 +1424,12 @@ mod tests {
 
     #[test]
     fn descriptions() {
-        let cwd = Path::new("/p");
+        // An absolute path that is not there, in the system's spelling.
+        let cwd = Path::new(if cfg!(windows) { r"C:\p" } else { "/p" });
         let list = prepare("list_directory", r#"{"path":"src"}"#, cwd).unwrap().description;
         assert_eq!(list.title, "List src/");
-        assert_eq!(list.access, Access::Read(vec![Target::of(Path::new("/p/src"))]));
-        assert_eq!(list.locations, vec![Location { path: PathBuf::from("/p/src"), line: None }]);
+        assert_eq!(list.access, Access::Read(vec![Target::of(&cwd.join("src"))]));
+        assert_eq!(list.locations, vec![Location { path: cwd.join("src"), line: None }], "ACP's paths stay native");
         assert_eq!(prepare("list_directory", "", cwd).unwrap().description.title, "List ./");
 
         let glob = prepare("glob", r#"{"pattern":"**/*.rs"}"#, cwd).unwrap().description;
@@ -1433,7 +1439,7 @@ mod tests {
 
         let grep = prepare("grep", r#"{"pattern":"fn main"}"#, cwd).unwrap().description;
         assert_eq!(grep.title, "Search for `fn main`");
-        assert_eq!(grep.access, Access::Read(vec![Target::of(Path::new("/p"))]));
+        assert_eq!(grep.access, Access::Read(vec![Target::of(cwd)]));
         let grep = prepare("grep", r#"{"pattern":"x","path":"src","glob":"*.rs"}"#, cwd).unwrap().description;
         assert_eq!(grep.title, "Search for `x` in src (`*.rs`)");
         assert!(prepare("grep", r#"{"path":"src"}"#, cwd).unwrap_err().contains("pattern"));

@@ -458,7 +458,8 @@ mod tests {
     #[test]
     fn one_list_for_writes_and_mounts() {
         let top = tempfile::tempdir().unwrap();
-        let top = top.path().canonicalize().unwrap();
+        // The authority's spelling of a real path (`covering` takes one).
+        let top = crate::platform::paths::canonical(top.path()).unwrap();
         let main = top.join("main");
         let linked = top.join("linked");
         git_dir(&main.join(".git"));
@@ -507,7 +508,7 @@ mod tests {
         std::fs::remove_dir(main.join(".git/hooks")).unwrap();
         let mounts = mounts(&roots, &[top.join("unrelated")]);
         let relative = |paths: &[PathBuf]| -> Vec<String> {
-            paths.iter().map(|path| path.strip_prefix(&main).unwrap().display().to_string()).collect()
+            paths.iter().map(|path| crate::platform::paths::relative_text(path.strip_prefix(&main).unwrap())).collect()
         };
         assert_eq!(
             relative(&mounts.read_only),
@@ -543,7 +544,8 @@ mod tests {
     #[test]
     fn included_config_files_are_protected() {
         let top = tempfile::tempdir().unwrap();
-        let root = top.path().canonicalize().unwrap();
+        // The authority's spelling of a real path (`covering` takes one).
+        let root = crate::platform::paths::canonical(top.path()).unwrap();
         git_dir(&root.join(".git"));
         std::fs::write(
             root.join(".git/config"),
