@@ -63,14 +63,25 @@ pub fn canonical(path: &Path) -> std::io::Result<PathBuf> {
 
 /// The path as the user would write it: relative to `cwd` when inside it,
 /// then with `/` between its names ([`relative_text`]); a path outside `cwd`
-/// in full, in the system's spelling.
+/// in full, in the system's spelling. On Windows `\\?\C:\p\a` is inside
+/// `C:\p` and the other way round (an editor may send either spelling).
 pub fn display(path: &Path, cwd: &Path) -> String {
-    match path.strip_prefix(cwd) {
+    match plain(path).strip_prefix(plain(cwd)) {
         Ok(relative) if relative.as_os_str().is_empty() => ".".to_owned(),
         Ok(relative) => relative_text(relative),
         Err(_) if path.is_relative() => relative_text(path),
         Err(_) => path.display().to_string(),
     }
+}
+
+/// The path without `\\?\` where the plain form names the same (Windows;
+/// `dunce`'s rule), for comparing spellings; the path itself elsewhere.
+fn plain(path: &Path) -> &Path {
+    #[cfg(windows)]
+    let plain = dunce::simplified(path);
+    #[cfg(not(windows))]
+    let plain = path;
+    plain
 }
 
 /// A relative path as text with `/` between its names on every system
@@ -131,6 +142,11 @@ mod tests {
         let elsewhere = std::env::temp_dir().join("q").join("x");
         assert_eq!(display(&elsewhere, &cwd), elsewhere.display().to_string(), "absolute: the system's spelling");
         assert_eq!(display(&Path::new("src").join("a.rs"), &cwd), "src/a.rs");
+        if cfg!(windows) {
+            let (plain, verbatim) = (Path::new(r"C:\p"), Path::new(r"\\?\C:\p"));
+            assert_eq!(display(&verbatim.join("src").join("a.rs"), plain), "src/a.rs", "`\\\\?\\` is the same folder");
+            assert_eq!(display(&plain.join("a.rs"), verbatim), "a.rs");
+        }
     }
 
     /// A relative path joined with the system's separator is shown with

@@ -60,7 +60,7 @@ async fn a_read_is_shown_the_acp_way_and_runs_without_asking() {
     let described =
         updates.iter().find(|u| u["title"].is_string() && u["sessionUpdate"] == "tool_call_update").unwrap();
     assert_eq!(described["title"], "Read src/main.rs");
-    let path = h.project.join("src/main.rs");
+    let path = h.project.join("src").join("main.rs");
     assert_eq!(described["locations"][0]["path"], path.to_str().unwrap());
     assert_eq!(described["rawInput"], json!({"path": "src/main.rs"}));
     let statuses: Vec<&str> = updates.iter().filter_map(|u| u["status"].as_str()).collect();

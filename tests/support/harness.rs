@@ -72,7 +72,9 @@ impl Harness {
         let home = tempfile::tempdir().expect("temp home");
         let project = home.path().join("project");
         std::fs::create_dir_all(&project).expect("project dir");
-        let project = project.canonicalize().expect("canonical project dir");
+        // Spelt as an editor gives a cwd and as lathe gives real paths: on
+        // Windows `C:\...`, not std's `\\?\C:\...`.
+        let project = lathe::platform::paths::canonical(&project).expect("canonical project dir");
         let extra_toml = extra_toml.replace("$MOCK_BASE_URL", &mock.base_url());
         let config = write_config(home.path(), &mock.base_url(), &extra_toml);
         if !configured_window {
