@@ -87,11 +87,14 @@ impl Skill {
     }
 
     /// Its `SKILL.md` as the prompt names it: relative to the project for a
-    /// project's skill (fewer tokens; the read tool reads from there), in
-    /// full for the user's.
+    /// project's skill (fewer tokens; the read tool reads from there), with
+    /// `/` on every system ([`crate::platform::paths::relative_text`]); in
+    /// full, in the system's spelling, for the user's.
     pub fn shown_path(&self) -> String {
-        let relative = self.inside.as_deref().and_then(|root| self.path.strip_prefix(root).ok());
-        relative.unwrap_or(&self.path).display().to_string()
+        match self.inside.as_deref().and_then(|root| self.path.strip_prefix(root).ok()) {
+            Some(relative) => crate::platform::paths::relative_text(relative),
+            None => self.path.display().to_string(),
+        }
     }
 }
 

@@ -377,8 +377,9 @@ async fn project_instructions_are_in_the_system_prompt() {
     let mut h = Harness::start().await;
     std::fs::create_dir_all(h.project.join(".git")).unwrap();
     std::fs::write(h.project.join("AGENTS.md"), "Always run `cargo test` before answering.").unwrap();
-    std::fs::create_dir_all(h.home.path().join(".config/lathe")).unwrap();
-    std::fs::write(h.home.path().join(".config/lathe/AGENTS.md"), "The user prefers British spelling.").unwrap();
+    let user_dir = crate::support::agent_env::config_dir(h.home.path());
+    std::fs::create_dir_all(&user_dir).unwrap();
+    std::fs::write(user_dir.join("AGENTS.md"), "The user prefers British spelling.").unwrap();
     let session = h.session().await;
     h.mock.push(text_reply("ok"));
     let id = prompt(&mut h.agent, &session, "hi").await;

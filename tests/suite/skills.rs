@@ -12,6 +12,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use crate::support::acp_client::{agent_text, initialize, prompt};
+use crate::support::agent_env::config_dir;
 use crate::support::harness::Harness;
 use crate::support::mock_openai::{text_reply, tool_call_reply, tool_result};
 
@@ -31,7 +32,7 @@ fn with_skills(h: &Harness) {
         "Tag it: v$ARGUMENTS.",
     );
     skill(&h.project.join(".agents/skills"), "changelog", "Writes the changelog", "List the merged changes.");
-    skill(&h.home.path().join(".config/lathe/skills"), "notes", "Takes notes", "Write notes in notes.md.");
+    skill(&config_dir(h.home.path()).join("skills"), "notes", "Takes notes", "Write notes in notes.md.");
     let broken = h.project.join(".lathe/skills/broken");
     std::fs::create_dir_all(&broken).unwrap();
     std::fs::write(broken.join("SKILL.md"), "---\nname: broken\n---\nno description").unwrap();
@@ -73,13 +74,13 @@ async fn skills_are_listed_in_the_prompt_sorted_and_byte_stable() {
     let system = system_of(&requests[0].body);
     assert_eq!(system, system_of(&requests[1].body), "byte-stable across turns");
     let lines: Vec<&str> =
-        system.lines().filter(|line| line.starts_with("- ") && line.ends_with("/SKILL.md)")).collect();
-    let user = h.home.path().join(".config/lathe/skills");
+        system.lines().filter(|line| line.starts_with("- ") && line.ends_with("SKILL.md)")).collect();
+    let user = config_dir(h.home.path()).join("skills");
     assert_eq!(
         lines,
         [
             "- changelog: Writes the changelog (.agents/skills/changelog/SKILL.md)".to_owned(),
-            format!("- notes: Takes notes ({})", user.join("notes/SKILL.md").display()),
+            format!("- notes: Takes notes ({})", user.join("notes").join("SKILL.md").display()),
             "- release: Cuts a release. Use when asked to ship. (.lathe/skills/release/SKILL.md)".to_owned(),
         ],
         "{system}"
@@ -129,7 +130,7 @@ async fn skills_list_and_run_as_slash_commands() {
     turn(&mut h, &session, "/changelog since 1.0").await;
     let requests = h.mock.chat_requests();
     let sent = requests[0].body["messages"][1]["content"].as_str().unwrap();
-    let path = h.project.join(".lathe/skills/release/SKILL.md");
+    let path = h.project.join(".lathe").join("skills").join("release").join("SKILL.md");
     assert!(sent.contains("Tag it: v2.0."), "$ARGUMENTS is the request: {sent}");
     assert!(sent.contains("`release`") && sent.contains(&path.display().to_string()), "{sent}");
     assert!(!sent.contains("description:"), "the front matter is left out: {sent}");
@@ -146,7 +147,7 @@ async fn a_user_skill_reads_without_asking() {
     let mut h = Harness::start().await;
     with_skills(&h);
     let (session, _) = session_and_commands(&mut h).await;
-    let path = h.home.path().join(".config/lathe/skills/notes/SKILL.md");
+    let path = config_dir(h.home.path()).join("skills").join("notes").join("SKILL.md");
     h.mock.push(tool_call_reply(&[("call_r", "read_file", json!({"path": path}))]));
     h.mock.push(text_reply("Read it."));
     let messages = turn(&mut h, &session, "take notes").await;

@@ -54,6 +54,13 @@ pub fn environment(home: &Path, envs: &[(&str, &str)]) -> Vec<(String, String)> 
     vars
 }
 
+/// lathe's config folder (the user's rule file, `config.toml`) under a test's
+/// `home`, as [`environment`] moves it: `$XDG_CONFIG_HOME/lathe`, on Windows
+/// `%APPDATA%\lathe`.
+pub fn config_dir(home: &Path) -> PathBuf {
+    if cfg!(windows) { home.join("AppData").join("Roaming").join("lathe") } else { home.join(".config").join("lathe") }
+}
+
 /// Writes `dir/config.toml` pointing the default model `mock` at `base_url`,
 /// followed by `extra_toml` verbatim, and returns its path (pass it to the
 /// agent as `--config <path>`).
