@@ -1094,7 +1094,8 @@ impl Config {
                 };
                 return Some(format!(
                     "no model is configured: there is no config file, OPENAI_API_KEY and OPENAI_BASE_URL are \
-                     unset, and {found}. Run `lathe setup` in a terminal to write ~/.config/lathe/config.toml"
+                     unset, and {found}. Run `lathe setup` in a terminal to write {}",
+                    crate::platform::folders::CONFIG_FILE
                 ));
             }
             ConfigSource::File(_) | ConfigSource::Environment | ConfigSource::Discovered { .. } => {}

@@ -260,10 +260,10 @@ pub fn launcher(config: &Config, session: &Session) -> crate::platform::process:
 /// A client for configured model `key` with reasoning effort `thought_level`.
 pub fn model_client(config: &Config, key: &str, thought_level: Option<&str>) -> Result<ModelClient, ModelError> {
     if config.source == ConfigSource::Unconfigured {
-        return Err(ModelError::NotConfigured(
-            "no model is configured: create ~/.config/lathe/config.toml (see config.example.toml) or set OPENAI_API_KEY / OPENAI_BASE_URL"
-                .to_owned(),
-        ));
+        return Err(ModelError::NotConfigured(format!(
+            "no model is configured: create {} (see config.example.toml) or set OPENAI_API_KEY / OPENAI_BASE_URL",
+            crate::platform::folders::CONFIG_FILE
+        )));
     }
     let model = config
         .models

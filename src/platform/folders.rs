@@ -26,6 +26,11 @@ pub fn config_dir(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
     Some(sys::config_home(env)?.join("lathe"))
 }
 
+/// The default config file as the user would type it, for messages that
+/// tell them to write one: `~/.config/lathe/config.toml`, on Windows
+/// `%APPDATA%\lathe\config.toml`.
+pub const CONFIG_FILE: &str = sys::CONFIG_FILE;
+
 /// lathe's data folder (sessions, history, checkpoints) by convention;
 /// `None` when the system names none.
 pub fn data_dir(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
@@ -40,6 +45,8 @@ pub fn home() -> Option<PathBuf> {
 
 #[cfg(unix)]
 mod sys {
+    pub(super) const CONFIG_FILE: &str = "~/.config/lathe/config.toml";
+
     use std::path::{Path, PathBuf};
 
     pub(super) fn home() -> Option<PathBuf> {
@@ -66,6 +73,8 @@ mod sys {
 
 #[cfg(windows)]
 mod sys {
+    pub(super) const CONFIG_FILE: &str = r"%APPDATA%\lathe\config.toml";
+
     use std::path::{Path, PathBuf};
 
     /// `%<variable>%` when it names an absolute path (empty or relative

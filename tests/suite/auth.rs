@@ -15,6 +15,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use crate::support::acp_client::{Agent, handshake, initialize, prompt};
+use crate::support::agent_env::config_dir;
 use crate::support::harness::Harness;
 use crate::support::mock_openai::{MockOpenAi, Reply, text_reply};
 
@@ -165,7 +166,7 @@ async fn authenticate_before_and_after_a_config_is_written() {
     assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
 
     // A config written behind lathe's back, as `lathe setup` in a terminal would.
-    let path = home.path().join(".config/lathe/config.toml");
+    let path = config_dir(home.path()).join("config.toml");
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     let model = format!(
         "[models.mock]\nbase_url = {:?}\nmodel = \"mock-model\"\napi_key_env = \"AUTH_TEST_KEY\"\ncontext_window = 32768\n",
@@ -207,7 +208,7 @@ async fn logout_forgets_the_stored_key_and_only_that() {
     let mock = MockOpenAi::start().await;
     let home = tempfile::tempdir().unwrap();
     let cwd = home.path().canonicalize().unwrap();
-    let user_dir = home.path().join(".config/lathe");
+    let user_dir = config_dir(home.path());
     lathe::credentials::store(&user_dir, "mock", &lathe::config::ApiKey::new(secret)).unwrap();
     let config = format!(
         "default_model = \"mock\"\n\

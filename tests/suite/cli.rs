@@ -29,30 +29,37 @@ fn help_and_version() {
         "" => "built from source".to_owned(),
         date => format!("built {date}"),
     };
-    let expected = format!(
-        "lathe {} (commit {}, {}, {built})",
-        env!("CARGO_PKG_VERSION"),
-        expected_commit(),
-        lathe::build_info::TARGET
-    );
-    assert_eq!(line.trim(), expected);
+    let (before, after) =
+        (format!("lathe {} (commit ", env!("CARGO_PKG_VERSION")), format!(", {}, {built})", lathe::build_info::TARGET));
+    match expected_commit() {
+        Some(commit) => assert_eq!(line.trim(), format!("{before}{commit}{after}")),
+        None => {
+            crate::support::testing::skipped(
+                "the commit --version names",
+                "no git runs here to say HEAD (wine has no Windows git); the rest of the line is checked",
+            );
+            assert!(line.trim().starts_with(&before) && line.trim().ends_with(&after), "{line}");
+        }
+    }
     assert!(lathe::build_info::TARGET.contains('-'), "a target triple: {}", lathe::build_info::TARGET);
 }
 
 /// The commit `--version` should name: HEAD when this checkout is a git work
-/// tree of its own, `unknown` from a tarball.
-fn expected_commit() -> String {
+/// tree of its own, `unknown` from a tarball; `None` when no git can be run
+/// to tell.
+fn expected_commit() -> Option<String> {
     let dir = env!("CARGO_MANIFEST_DIR");
+    Command::new("git").arg("--version").output().ok()?;
     let git = |args: &[&str]| {
         let output = Command::new("git").arg("-C").arg(dir).args(args).output().ok()?;
         output.status.success().then(|| String::from_utf8_lossy(&output.stdout).trim().to_owned())
     };
     let top = git(&["rev-parse", "--show-toplevel"]).map(std::path::PathBuf::from);
     let ours = top.and_then(|top| top.canonicalize().ok()) == std::path::Path::new(dir).canonicalize().ok();
-    match ours.then(|| git(&["rev-parse", "--short=12", "HEAD"])).flatten() {
+    Some(match ours.then(|| git(&["rev-parse", "--short=12", "HEAD"])).flatten() {
         Some(commit) => commit,
         None => "unknown".to_owned(),
-    }
+    })
 }
 
 #[test]
@@ -82,24 +89,23 @@ fn a_missing_explicit_config_is_an_error() {
 
 #[test]
 fn config_lookup_uses_lathe_config_then_xdg() {
+    // The variable that moves the config folder: `%APPDATA%` on Windows.
+    let folder_variable = if cfg!(windows) { "APPDATA" } else { "XDG_CONFIG_HOME" };
     let dir = tempfile::tempdir().unwrap();
     let xdg = dir.path().join("xdg");
     std::fs::create_dir_all(xdg.join("lathe")).unwrap();
     std::fs::write(xdg.join("lathe/config.toml"), "[models.m]\nbase_url = \"http://x/v1\"\nmodel = 1\n").unwrap();
     // The XDG file is found (and is broken, which proves it was read).
-    let output = lathe()
-        .env("XDG_CONFIG_HOME", &xdg)
-        .env("HOME", dir.path())
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
+    let output =
+        lathe().env(folder_variable, &xdg).env("HOME", dir.path()).stdin(std::process::Stdio::null()).output().unwrap();
     assert!(!output.status.success());
-    assert!(String::from_utf8_lossy(&output.stderr).contains("xdg/lathe/config.toml"));
+    let named = std::path::Path::new("xdg").join("lathe").join("config.toml");
+    assert!(String::from_utf8_lossy(&output.stderr).contains(&*named.to_string_lossy()));
     // LATHE_CONFIG wins over XDG.
     let good = dir.path().join("good.toml");
     std::fs::write(&good, "[models.m]\nbase_url = \"http://x/v1\"\nmodel = \"m\"\n").unwrap();
     let output = lathe()
-        .env("XDG_CONFIG_HOME", &xdg)
+        .env(folder_variable, &xdg)
         .env("LATHE_CONFIG", &good)
         .stdin(std::process::Stdio::null())
         .output()
@@ -144,6 +150,8 @@ fn serving_acp_logs_warnings_only_by_default() {
         };
         let mut child = command
             .args(extra)
+            // Windows' folders too (`%APPDATA%`, `%LOCALAPPDATA%`), in `dir`.
+            .envs(crate::support::agent_env::environment(dir.path(), &[]))
             .env("HOME", dir.path())
             .env("XDG_CONFIG_HOME", dir.path())
             .env("XDG_DATA_HOME", dir.path())
@@ -152,11 +160,12 @@ fn serving_acp_logs_warnings_only_by_default() {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        let cwd = dir.path().display();
-        let lines = format!(
-            "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{{\"protocolVersion\":1}}}}\n\
-             {{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"session/new\",\"params\":{{\"cwd\":\"{cwd}\",\"mcpServers\":[]}}}}\n"
-        );
+        let initialize = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": 1}});
+        // JSON by serde: a Windows path's `\` is escaped.
+        let new = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "session/new",
+            "params": {"cwd": dir.path(), "mcpServers": []}});
+        let lines = format!("{initialize}\n{new}\n");
         child.stdin.take().unwrap().write_all(lines.as_bytes()).unwrap();
         let output = child.wait_with_output().unwrap();
         assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));

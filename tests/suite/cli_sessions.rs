@@ -21,6 +21,13 @@ fn data_dir(h: &Harness) -> PathBuf {
     h.home.path().join(".local/share/lathe")
 }
 
+/// The variable that moves the default data folder (`$XDG_DATA_HOME/lathe`,
+/// on Windows `%LOCALAPPDATA%\lathe`) and its value that makes it
+/// [`data_dir`], for the binary without `LATHE_DATA_DIR`.
+fn default_data_home(h: &Harness) -> (&'static str, PathBuf) {
+    (if cfg!(windows) { "LOCALAPPDATA" } else { "XDG_DATA_HOME" }, h.home.path().join(".local/share"))
+}
+
 async fn sessions(command: SessionsCommand, data: &Path) -> (Result<(), SessionsError>, String, String) {
     sessions_to(command, data, false).await
 }
@@ -125,7 +132,7 @@ async fn the_binary_lists_and_shows() {
         std::process::Command::new(env!("CARGO_BIN_EXE_lathe"))
             .args(args)
             .env("HOME", h.home.path())
-            .env("XDG_DATA_HOME", h.home.path().join(".local/share"))
+            .env(default_data_home(&h).0, default_data_home(&h).1)
             .env_remove("LATHE_DATA_DIR")
             .env_remove("LATHE_TRACE")
             .output()
@@ -210,7 +217,8 @@ fn completions_man_and_init_through_the_binary() {
         std::process::Command::new(env!("CARGO_BIN_EXE_lathe"))
             .args(args)
             .env("HOME", home.path())
-            .env("XDG_CONFIG_HOME", home.path().join(".config"))
+            // The config folder's variable: `%APPDATA%` on Windows.
+            .env(if cfg!(windows) { "APPDATA" } else { "XDG_CONFIG_HOME" }, home.path().join(".config"))
             .env_remove("LATHE_CONFIG")
             .env_remove("LATHE_TRACE")
             .output()
@@ -230,7 +238,7 @@ fn completions_man_and_init_through_the_binary() {
 
     let first = lathe(&["init", "--preset", "vllm"]);
     assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
-    let written = home.path().join(".config/lathe/config.toml");
+    let written = home.path().join(".config").join("lathe").join("config.toml");
     assert!(String::from_utf8_lossy(&first.stdout).contains(&written.display().to_string()));
     assert!(std::fs::read_to_string(&written).unwrap().contains("default_model = \"vllm\""));
     let again = lathe(&["init", "--preset", "ollama"]);
@@ -278,7 +286,14 @@ fn assert_nothing_hidden(what: &str, text: &str) {
 #[tokio::test]
 async fn no_escape_from_a_session_reaches_the_terminal() {
     let mut h = Harness::start().await;
-    let project = h.project.join("checkout \u{1b}]0;dir\u{7}\u{1b}[2J");
+    // Windows names hold no C0 controls (ESC, BEL): there the folder's name
+    // carries C1 controls and a bidi override, which it allows.
+    let (folder, folder_shown) = if cfg!(windows) {
+        ("checkout \u{9d}0;dir\u{9c}\u{9b}2J\u{202e}", "\\u{9d}0;dir")
+    } else {
+        ("checkout \u{1b}]0;dir\u{7}\u{1b}[2J", "\\u{1b}]0;dir")
+    };
+    let project = h.project.join(folder);
     std::fs::create_dir_all(&project).unwrap();
     std::fs::write(project.join("notes.txt"), format!("notes: {ESCAPES}\n")).unwrap();
     let session = handshake(&mut h.agent, serde_json::json!({}), &project).await;
@@ -300,7 +315,7 @@ async fn no_escape_from_a_session_reaches_the_terminal() {
     let (result, listed, _) = sessions(SessionsCommand::List { cwd: None, json: false }, &data).await;
     result.unwrap();
     assert_nothing_hidden("list", &listed);
-    assert!(listed.contains("\\u{1b}]0;pwned\\u{7}") && listed.contains("\\u{1b}]0;dir"), "{listed}");
+    assert!(listed.contains("\\u{1b}]0;pwned\\u{7}") && listed.contains(folder_shown), "{listed}");
 
     let (result, json, _) = sessions(SessionsCommand::List { cwd: None, json: true }, &data).await;
     result.unwrap();
@@ -340,7 +355,7 @@ async fn no_escape_from_a_session_reaches_the_terminal() {
         std::process::Command::new(env!("CARGO_BIN_EXE_lathe"))
             .args(args)
             .env("HOME", h.home.path())
-            .env("XDG_DATA_HOME", h.home.path().join(".local/share"))
+            .env(default_data_home(&h).0, default_data_home(&h).1)
             .env_remove("LATHE_DATA_DIR")
             .env_remove("LATHE_TRACE")
             .output()

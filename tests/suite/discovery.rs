@@ -166,7 +166,7 @@ async fn exactly_one_server_is_used_and_two_are_not_chosen_between() {
     );
 
     // A config file wins: nothing is looked for.
-    let path = home.path().join(".config/lathe/config.toml");
+    let path = crate::support::agent_env::config_dir(home.path()).join("config.toml");
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(&path, "[models.m]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\n").unwrap();
     let before = ollama.requests().len();
