@@ -21,6 +21,11 @@
 //! of appearance), RFC 3339 timestamps and lathe's version. The command
 //! sandbox is off (whether it can be enforced is the machine's business).
 //! Everything else, key order and spacing included, is compared as written.
+//! On Windows two spellings are written as Unix's first, so that one
+//! transcript serves both: the `\` between the names after a temporary path
+//! (ACP's paths are native) and the shell's arguments (`cmd.exe /d /s /c
+//! "<line>"` with `--verbatim` for `sh -c <line>`; `platform::shell` and
+//! `platform::process` test the Windows form).
 //!
 //! To record the transcript again after a change that is meant to alter what
 //! such a client sees, run the test with `LATHE_BLESS_TRANSCRIPT=1` and say
@@ -96,6 +101,8 @@ impl Recorder {
 /// Replaces what differs from run to run (see the module doc).
 fn normalize(text: &str, session: &str, project: &Path, home: &Path, mock_url: &str) -> String {
     let temp_dir = serde_json::to_string(&std::env::temp_dir()).unwrap();
+    let text =
+        if cfg!(windows) { unix_spelling(text, &[(project, "<project>"), (home, "<home>")]) } else { text.to_owned() };
     let text = text
         .replace(session, "<session>")
         .replace(project.to_str().unwrap(), "<project>")
@@ -106,6 +113,44 @@ fn normalize(text: &str, session: &str, project: &Path, home: &Path, mock_url: &
         .replace(&format!("\"version\":\"{}\"", env!("CARGO_PKG_VERSION")), "\"version\":\"<version>\"");
     let text = numbered_hex_ids(&text);
     timestamps(&text)
+}
+
+/// Windows' spellings written as Unix's (see the module doc): each path in
+/// `paths` (as JSON writes it) becomes its placeholder, with `/` between the
+/// names after it in the same string; the shell's arguments for the
+/// transcript's command become `sh -c`'s.
+fn unix_spelling(text: &str, paths: &[(&Path, &str)]) -> String {
+    let command = "echo checked";
+    let line = lathe::platform::shell::Shell::for_config(None).line(command);
+    let native: Vec<&str> = [line.program.as_str()]
+        .into_iter()
+        .chain(line.args.iter().map(String::as_str))
+        .chain(line.verbatim.as_deref())
+        .collect();
+    let native = serde_json::to_string(&native).unwrap();
+    let verbatim = if line.verbatim.is_some() { "\"--verbatim\",\"--\"," } else { "\"--\"," };
+    let mut text = text.replace(
+        &format!("{verbatim}{}", &native[1..native.len() - 1]),
+        &format!("\"--\",\"sh\",\"-c\",\"{command}\""),
+    );
+    for (path, placeholder) in paths {
+        let written = serde_json::to_string(path).unwrap();
+        let written = &written[1..written.len() - 1];
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find(written) {
+            out.push_str(&rest[..at]);
+            out.push_str(placeholder);
+            rest = &rest[at + written.len()..];
+            // The rest of this JSON string: `\\` (an escaped `\`) is a separator.
+            let end = rest.find('"').unwrap_or(rest.len());
+            out.push_str(&rest[..end].replace("\\\\", "/"));
+            rest = &rest[end..];
+        }
+        out.push_str(rest);
+        text = out;
+    }
+    text
 }
 
 /// Runs of exactly 32 lowercase hex digits (a simple UUID) -> `<idN>`, the

@@ -319,10 +319,12 @@ impl Launcher {
         if let Some(policy) = sandbox {
             command.args(policy.as_args());
         }
-        command.arg("--").arg(&line.program).args(&line.args);
-        if let Some(verbatim) = &line.verbatim {
-            sys::raw_arg(&mut command, verbatim);
+        if line.verbatim.is_some() {
+            // Quoted as an argument to the trampoline, which gets it back
+            // whole and writes it on the command's line as it is.
+            command.arg("--verbatim");
         }
+        command.arg("--").arg(&line.program).args(&line.args).args(&line.verbatim);
         command
     }
 
@@ -356,6 +358,12 @@ impl Launcher {
                     // UTF-8 becomes one that does not exist, so it is not
                     // writable (the sandbox only gets stricter).
                     wrapped.extend(policy.as_args().iter().map(|arg| arg.to_string_lossy().into_owned()));
+                }
+                if line.verbatim.is_some() {
+                    // The editor quotes it as one argument; the trampoline
+                    // gets it back whole and writes it on cmd.exe's line as
+                    // it is (quoted twice, cmd.exe would run `"echo x"`).
+                    wrapped.push("--verbatim".to_owned());
                 }
                 wrapped.push("--".to_owned());
                 wrapped.extend(command);
@@ -583,6 +591,12 @@ pub struct SandboxExecArgs {
     /// line of JSON) and exit.
     #[arg(long, conflicts_with = "sandbox")]
     pub probe: bool,
+    /// The command's last argument goes on its command line exactly as
+    /// written, not quoted again: on Windows, cmd.exe's `"<line>"` after
+    /// `/s /c`, which it parses by rules std's quoting does not follow (see
+    /// `crate::platform::shell`). Elsewhere an argument like the others.
+    #[arg(long)]
+    pub verbatim: bool,
     /// The program and its arguments, after `--`.
     #[arg(last = true, required_unless_present = "probe", value_name = "COMMAND")]
     pub command: Vec<OsString>,
@@ -631,7 +645,7 @@ pub fn sandbox_exec(args: SandboxExecArgs) -> Result<ExitCode, TrampolineError> 
             .kept_by(args.ns_keeper.clone());
         crate::platform::sandbox::apply(&policy).map_err(|err| TrampolineError::Sandbox(err.to_string()))?;
     }
-    sys::run_trampoline(args.parent, &args.command, &rule, start_error)
+    sys::run_trampoline(args.parent, &args.command, args.verbatim, &rule, start_error)
 }
 
 /// `lathe sandbox-exec --probe`: what each part of the sandbox does on this
@@ -706,6 +720,18 @@ mod tests {
         );
         let (program, plain) = Launcher::unsupervised().for_terminal(&line, false).unwrap();
         assert_eq!((program.as_str(), plain.as_slice()), ("sh", &args[..]));
+
+        // cmd.exe's verbatim line: one argument the trampoline is told to
+        // write as it is (the editor quotes it; std would quote it again).
+        let cmd = CommandLine {
+            program: "cmd.exe".to_owned(),
+            args: vec!["/d".to_owned(), "/s".to_owned(), "/c".to_owned()],
+            verbatim: Some("\"echo \"a b\"\"".to_owned()),
+        };
+        let (_, wrapped) = Launcher::new(&settings).for_terminal(&cmd, false).unwrap();
+        let dashes = wrapped.iter().position(|arg| arg == "--").unwrap();
+        assert_eq!(wrapped[dashes - 1], "--verbatim");
+        assert_eq!(wrapped[dashes + 1..], ["cmd.exe", "/d", "/s", "/c", "\"echo \"a b\"\""]);
 
         // Sandboxed: the session's policy follows the rule, before the command.
         let sandbox = SandboxSettings { network: false, ..SandboxSettings::default() };

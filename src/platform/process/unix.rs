@@ -125,6 +125,7 @@ pub(super) fn ending(status: std::process::ExitStatus) -> Ending {
 pub(super) fn run_trampoline(
     parent: Option<u32>,
     command: &[OsString],
+    _verbatim: bool,
     rule: &EnvRule,
     start_error: impl Fn(std::io::Error) -> TrampolineError,
 ) -> Result<ExitCode, TrampolineError> {

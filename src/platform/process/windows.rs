@@ -120,6 +120,7 @@ pub(super) fn ending(status: std::process::ExitStatus) -> Ending {
 pub(super) fn run_trampoline(
     _parent: Option<u32>,
     command: &[OsString],
+    verbatim: bool,
     rule: &EnvRule,
     start_error: impl Fn(std::io::Error) -> TrampolineError,
 ) -> Result<ExitCode, TrampolineError> {
@@ -132,7 +133,15 @@ pub(super) fn run_trampoline(
         .map_err(|err| TrampolineError::Supervise(format!("starting a runtime: {err}")))?;
     runtime.block_on(async {
         let mut exec = Command::new(program);
-        exec.args(rest);
+        match rest.split_last() {
+            Some((last, before)) if verbatim => {
+                exec.args(before);
+                exec.raw_arg(last);
+            }
+            _ => {
+                exec.args(rest);
+            }
+        }
         for name in rule.removed_here() {
             exec.env_remove(name);
         }
@@ -221,6 +230,22 @@ mod tests {
         assert!(!still_beating(dir.path()).await, "a child outlived the drop");
     }
 
+    /// Issue 26: the cmd.exe line an editor terminal's trampoline is given
+    /// with `--verbatim` runs as written, inner quotes and all. Quoted
+    /// again by std (`"\"echo ...\""`), cmd.exe would look for a program
+    /// named `"echo ..."` and fail with 9009. Runs under wine.
+    #[test]
+    fn the_trampoline_writes_a_verbatim_line_as_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out.txt");
+        let line = format!("\"echo \"a b\">\"{}\"\"", out.display());
+        let command: Vec<std::ffi::OsString> = ["cmd.exe", "/d", "/s", "/c", line.as_str()].map(Into::into).into();
+        let rule = EnvRule::new(&[], &[], &[]).unwrap();
+        let start_error = |source| TrampolineError::Start { program: "cmd.exe".to_owned(), source };
+        super::run_trampoline(None, &command, true, &rule, start_error).unwrap();
+        assert_eq!(std::fs::read_to_string(&out).unwrap().trim_end(), "\"a b\"", "{line}");
+    }
+
     /// Set in the process the next test starts: that process is the trampoline.
     const TRAMPOLINE_PROCESS: &str = "LATHE_TEST_TRAMPOLINE_PROCESS";
 
@@ -239,7 +264,7 @@ mod tests {
             let rule = EnvRule::new(&[], &[], &[]).unwrap();
             let start_error = |source| TrampolineError::Start { program: "cmd".to_owned(), source };
             // A runtime of its own, as in `lathe sandbox-exec`.
-            let _ = std::thread::spawn(move || super::run_trampoline(None, &command, &rule, start_error)).join();
+            let _ = std::thread::spawn(move || super::run_trampoline(None, &command, false, &rule, start_error)).join();
             return;
         }
         let dir = tempfile::tempdir().unwrap();
