@@ -11,7 +11,11 @@
 //! binaries from copies in a temporary directory, made alike), with the
 //! sandbox flags it knows (`--sandbox --write <dir> --write <temp>
 //! [--no-network]`), so that before and after are measured on the same
-//! machine at the same moment. Each run is a spawn and a wait, timed on the
+//! machine at the same moment. The branch's sandboxed variants but one
+//! take the read allow-list as lathe hands it to the trampolines it starts
+//! (worked out once per session and checked before each start: the check
+//! is timed with the start, its CPU time added to the start's); the one
+//! left has the trampoline read it itself, as an editor's terminal does. Each run is a spawn and a wait, timed on the
 //! wall clock, and the CPU time its processes used is taken from the
 //! kernel's count for waited-for children (less sensitive to a loaded
 //! machine than the wall clock); the variants take turns in a rotating order so that a change
@@ -27,9 +31,14 @@
 // A benchmark fails loudly, and printing its table on stdout is its job.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// A variant: the program, its arguments before `-- true`, and the policy
+/// whose `launch_args` lathe adds before each start, if it does.
+type Variant = (PathBuf, Vec<OsString>, Option<lathe::platform::sandbox::SandboxPolicy>);
 
 fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
@@ -74,16 +83,25 @@ fn main() {
     let root = tempfile::tempdir().unwrap();
     git_repository(root.path());
     let parent = std::process::id().to_string();
-    let trampoline = |binary: &PathBuf, sandbox: &[&str]| {
-        let mut args: Vec<String> = vec!["sandbox-exec".into(), "--parent".into(), parent.clone()];
-        args.extend(sandbox.iter().map(|arg| (*arg).to_owned()));
-        args.extend(["--".into(), "true".into()]);
-        (binary.clone(), args)
+    // lathe's policy for the session, whose read allow-list lathe works out
+    // once and hands each trampoline it starts (`launch_args`, see
+    // src/platform/sandbox/grants.rs): a variant with it calls
+    // `launch_args` before each start as lathe does, timed with the start.
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/nonexistent".to_owned());
+    let session_policy = lathe::platform::sandbox::SandboxPolicy::new(Vec::new(), false)
+        .denying_reads(Some(PathBuf::from(&home)), Vec::new());
+    let trampoline = |binary: &PathBuf, sandbox: &[&str]| -> Variant {
+        let mut args: Vec<OsString> = vec!["sandbox-exec".into(), "--parent".into(), parent.clone().into()];
+        args.extend(sandbox.iter().map(OsString::from));
+        (binary.clone(), args, None)
+    };
+    let launched = |binary: &PathBuf, sandbox: &[&str]| -> Variant {
+        let (binary, args, _) = trampoline(binary, sandbox);
+        (binary, args, Some(session_policy.clone()))
     };
     let root_arg = root.path().to_str().unwrap();
     let temp = std::env::temp_dir();
     let temp_arg = temp.to_str().unwrap();
-    let home = std::env::var("HOME").unwrap_or_else(|_| "/nonexistent".to_owned());
     // As lathe runs them: with its keeper of mount namespaces (see src/platform/sandbox/keeper.rs).
     let keeper = lathe::platform::sandbox::namespace_keeper();
     let unkept = ["--sandbox", "--root", root_arg, "--write", temp_arg, "--home", &home, "--no-network"];
@@ -92,13 +110,18 @@ fn main() {
         session.extend(["--ns-keeper", keeper]);
     }
     let offline: Vec<&str> = session.iter().copied().chain(["--no-network"]).collect();
-    let mut variants: Vec<(String, (PathBuf, Vec<String>))> = vec![
-        ("true alone".into(), (PathBuf::from("true"), Vec::new())),
+    let mut variants: Vec<(String, Variant)> = vec![
+        ("true alone".into(), (PathBuf::from("true"), Vec::new(), None)),
         ("trampoline, no sandbox".into(), trampoline(&lathe, &[])),
-        ("trampoline, sandbox, network on".into(), trampoline(&lathe, &session)),
-        ("trampoline, sandbox, network off (the default)".into(), trampoline(&lathe, &offline)),
+        ("trampoline, sandbox, network on".into(), launched(&lathe, &session)),
+        ("trampoline, sandbox, network off (the default)".into(), launched(&lathe, &offline)),
     ];
-    variants.push(("trampoline, sandbox, network off, no keeper".into(), trampoline(&lathe, &unkept)));
+    variants.push(("trampoline, sandbox, network off, no keeper".into(), launched(&lathe, &unkept)));
+    // As an editor's terminal starts it: the trampoline reads the allow-list.
+    variants.push((
+        "trampoline, sandbox, network off, the allow-list read by the trampoline".into(),
+        trampoline(&lathe, &offline),
+    ));
     if parts {
         // The default (network off, with the keeper) less one part each.
         let less = |part: &'static str| -> Vec<&str> { offline.iter().copied().chain(["--without", part]).collect() };
@@ -106,13 +129,15 @@ fn main() {
             let at = offline.iter().position(|arg| *arg == "--home").unwrap();
             offline[..at].iter().chain(&offline[at + 2..]).copied().collect()
         };
-        for (name, args) in [
-            ("without the mount namespace", less("namespaces")),
-            ("without the seccomp filter", less("seccomp")),
-            ("without the read allow-list (no --home)", no_home),
-        ] {
-            variants.push((format!("trampoline, sandbox, network off, {name}"), trampoline(&lathe, &args)));
+        for (name, args) in
+            [("without the mount namespace", less("namespaces")), ("without the seccomp filter", less("seccomp"))]
+        {
+            variants.push((format!("trampoline, sandbox, network off, {name}"), launched(&lathe, &args)));
         }
+        variants.push((
+            "trampoline, sandbox, network off, without the read allow-list (no --home)".into(),
+            trampoline(&lathe, &no_home),
+        ));
     }
     if let Some(baseline) = &baseline {
         let old = ["--sandbox", "--write", root_arg, "--write", temp_arg];
@@ -125,11 +150,17 @@ fn main() {
     // processes it started: the CPU time says what the start costs even
     // when the machine is loaded, where the wall clock mostly measures the
     // wait for a core.
-    let time = |(program, args): &(PathBuf, Vec<String>)| {
+    let time = |(program, args, policy): &Variant| {
         let cpu_before = children_cpu();
         let started = Instant::now();
+        // What lathe does for the command before it starts it, on its own CPU.
+        let own_before = own_cpu();
+        let launch_args = policy.as_ref().map(|policy| policy.launch_args()).unwrap_or_default();
+        let own = own_cpu().saturating_sub(own_before);
         let status = Command::new(program)
             .args(args)
+            .args(launch_args)
+            .args(["--", "true"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -137,7 +168,7 @@ fn main() {
             .unwrap();
         let elapsed = started.elapsed();
         assert!(status.success(), "{program:?} {args:?}: {status}");
-        (elapsed, children_cpu().saturating_sub(cpu_before))
+        (elapsed, children_cpu().saturating_sub(cpu_before) + own)
     };
     let findings = lathe::platform::sandbox::probe(&lathe);
     eprintln!("sandbox: {}", findings.status(false).detail);
@@ -201,6 +232,18 @@ fn main() {
         );
     }
     println!("load average before: {load_before}; after: {load_after}; {} cores", num_cores());
+}
+
+/// The CPU time this thread has used so far.
+#[cfg(unix)]
+fn own_cpu() -> Duration {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
+}
+
+#[cfg(not(unix))]
+fn own_cpu() -> Duration {
+    Duration::ZERO
 }
 
 /// The CPU time (user and system) of the children waited for so far.

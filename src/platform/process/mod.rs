@@ -318,6 +318,7 @@ impl Launcher {
         command.args(prefix).arg(TRAMPOLINE_SUBCOMMAND).arg("--parent").arg(std::process::id().to_string());
         if let Some(policy) = sandbox {
             command.args(policy.as_args());
+            command.args(policy.launch_args());
         }
         if line.verbatim.is_some() {
             // Quoted as an argument to the trampoline, which gets it back
@@ -587,6 +588,12 @@ pub struct SandboxExecArgs {
     /// process's exit does not wait for its teardown (see `crate::platform::sandbox`).
     #[arg(long = "ns-keeper", value_name = "NAME", requires = "sandbox")]
     pub ns_keeper: Option<String>,
+    /// The read allow-list lathe worked out for the session (one argument:
+    /// per granted path `d` or `f`, the path, a newline), used instead of
+    /// reading it here; the `--home` and `--deny-read` paths it was worked
+    /// out around are given as well.
+    #[arg(long = "read-grants", value_name = "LIST", requires = "sandbox")]
+    pub read_grants: Option<OsString>,
     /// Try every part of the sandbox on this process, print what held (one
     /// line of JSON) and exit.
     #[arg(long, conflicts_with = "sandbox")]
@@ -642,7 +649,8 @@ pub fn sandbox_exec(args: SandboxExecArgs) -> Result<ExitCode, TrampolineError> 
             .with_roots(args.roots.clone())
             .denying_reads(args.home.clone(), args.deny_read.clone())
             .without(&args.without)
-            .kept_by(args.ns_keeper.clone());
+            .kept_by(args.ns_keeper.clone())
+            .with_read_grants(args.read_grants.clone());
         crate::platform::sandbox::apply(&policy).map_err(|err| TrampolineError::Sandbox(err.to_string()))?;
     }
     sys::run_trampoline(args.parent, &args.command, args.verbatim, &rule, start_error)

@@ -113,8 +113,12 @@ pub fn restrict_self(policy: &SandboxPolicy) -> Result<Result<i32, String>, Sand
     };
     // The read allow-list, never through a link (one swapped in since the
     // directory was read): a link is judged where it leads.
-    let named = secrets::named(policy.home.as_deref(), &policy.deny_read);
-    let mut grants = secrets::readable_beneath(Path::new("/"), &named);
+    // lathe's list for the session when it gave one (see `super::grants`),
+    // else read here.
+    let mut grants = match &policy.read_grants {
+        Some(encoded) => super::grants::decode(encoded),
+        None => secrets::readable_beneath(Path::new("/"), &secrets::named(policy.home.as_deref(), &policy.deny_read)),
+    };
     // The roots and writable paths as given (links followed, as named by
     // the user or the session). One that the allow-list grants as it is (a
     // directory, say the temp dir) gets a single rule with both rights:

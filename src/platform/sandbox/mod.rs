@@ -63,6 +63,8 @@ pub mod seatbelt;
 pub mod secrets;
 
 #[cfg(target_os = "linux")]
+pub mod grants;
+#[cfg(target_os = "linux")]
 pub mod keeper;
 #[cfg(target_os = "linux")]
 mod landlock;
@@ -140,6 +142,9 @@ pub const DENY_READ_FLAG: &str = "--deny-read";
 pub const NO_NETWORK_FLAG: &str = "--no-network";
 /// The trampoline's flag naming a part to leave out (this machine lacks it).
 pub const WITHOUT_FLAG: &str = "--without";
+/// The trampoline's flag carrying the read allow-list lathe worked out
+/// once for the session (see `grants`), instead of reading it itself.
+pub const READ_GRANTS_FLAG: &str = "--read-grants";
 /// The trampoline's flag naming the socket that keeps its mount namespace
 /// (see `keeper`).
 pub const NS_KEEPER_FLAG: &str = "--ns-keeper";
@@ -203,6 +208,7 @@ pub struct SandboxPolicy {
     without: Vec<SandboxPart>,
     keeper: Option<String>,
     tcp_rules: bool,
+    read_grants: Option<OsString>,
 }
 
 /// How much of the network a policy takes away, as this machine enforces it.
@@ -232,6 +238,7 @@ impl SandboxPolicy {
             without: Vec::new(),
             keeper: None,
             tcp_rules: true,
+            read_grants: None,
         }
     }
 
@@ -290,6 +297,31 @@ impl SandboxPolicy {
     pub fn kept_by(mut self, name: Option<String>) -> SandboxPolicy {
         self.keeper = name;
         self
+    }
+
+    /// The same, with the read allow-list given (as `grants::current`
+    /// encodes it) instead of read by the trampoline.
+    #[must_use]
+    pub fn with_read_grants(mut self, encoded: Option<OsString>) -> SandboxPolicy {
+        self.read_grants = encoded;
+        self
+    }
+
+    /// The trampoline arguments lathe adds when it starts the trampoline
+    /// itself (not an editor's terminal, which keeps the trampoline reading
+    /// the allow-list): the read allow-list worked out once per session and
+    /// read again only when what it depends on changed (Linux, see
+    /// `grants`); none where it cannot be kept. Called for every command,
+    /// just before its start.
+    pub fn launch_args(&self) -> Vec<OsString> {
+        #[cfg(target_os = "linux")]
+        if self.home.is_some() || !self.deny_read.is_empty() {
+            let named = secrets::named(self.home.as_deref(), &self.deny_read);
+            if let Some(list) = grants::current(&named) {
+                return vec![OsString::from(READ_GRANTS_FLAG), list];
+            }
+        }
+        Vec::new()
     }
 
     /// A session's policy: its `roots`, the system temp directory and the

@@ -145,10 +145,32 @@ const MAX_LINK_ROUNDS: usize = 8;
 /// resolving each one first costs more than the rare link. At most
 /// [`MAX_GRANTED`] paths.
 pub fn readable_beneath(top: &Path, denied: &[PathBuf]) -> Vec<Granted> {
+    readable_beneath_listed(top, denied).granted
+}
+
+/// What [`readable_beneath`] found, and what it depends on: a later call
+/// gives the same grants as long as the `listed` directories hold the same
+/// entries and no link was met (`links`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Listing {
+    /// The grants.
+    pub granted: Vec<Granted>,
+    /// The directories whose entries were read (the split ones), in the
+    /// order they were read, each once.
+    pub listed: Vec<PathBuf>,
+    /// Whether a link at or above a denied path was met (and followed):
+    /// then the grants depend on where links lead as well.
+    pub links: bool,
+}
+
+/// [`readable_beneath`], saying what the grants depend on (see [`Listing`]).
+pub fn readable_beneath_listed(top: &Path, denied: &[PathBuf]) -> Listing {
     let mut denied: Vec<PathBuf> = denied.to_vec();
+    let mut listing = Listing::default();
     for _ in 0..MAX_LINK_ROUNDS {
         let mut links = Vec::new();
-        let granted = grant(top, &denied, &mut links);
+        let granted = grant(top, &denied, &mut links, &mut listing.listed);
+        listing.links |= !links.is_empty();
         let mut followed = Vec::new();
         for link in links {
             let real = crate::platform::authority::Target::of(&link).real;
@@ -160,17 +182,20 @@ pub fn readable_beneath(top: &Path, denied: &[PathBuf]) -> Vec<Granted> {
         }
         followed.retain(|path| !denied.contains(path));
         if followed.is_empty() {
-            return granted;
+            listing.granted = granted;
+            let mut seen = std::collections::HashSet::new();
+            listing.listed.retain(|dir| seen.insert(dir.clone()));
+            return listing;
         }
         denied.extend(followed);
     }
     // A chain of links longer than this: grant nothing rather than guess.
-    Vec::new()
+    Listing { granted: Vec::new(), listed: Vec::new(), links: true }
 }
 
-/// One pass of [`readable_beneath`]: the grants, and in `links` the links
-/// met at or above a denied path.
-fn grant(top: &Path, denied: &[PathBuf], links: &mut Vec<PathBuf>) -> Vec<Granted> {
+/// One pass of [`readable_beneath`]: the grants, in `links` the links met
+/// at or above a denied path, in `listed` the directories read.
+fn grant(top: &Path, denied: &[PathBuf], links: &mut Vec<PathBuf>, listed: &mut Vec<PathBuf>) -> Vec<Granted> {
     let mut granted = Vec::new();
     if denied.iter().any(|path| top.starts_with(path)) {
         return granted;
@@ -182,7 +207,7 @@ fn grant(top: &Path, denied: &[PathBuf], links: &mut Vec<PathBuf>) -> Vec<Grante
         granted.push(Granted { path: top.to_path_buf(), directory: top.is_dir() });
         return granted;
     }
-    split(top, &denied, &mut granted, links);
+    split(top, &denied, &mut granted, links, listed);
     // In path order, whatever order the split met them in.
     granted.sort_by(|a, b| a.path.cmp(&b.path));
     granted
@@ -215,11 +240,18 @@ fn at_or_below(inner: &[u8], outer: &[u8]) -> bool {
 /// home folder then loses some of its own entries, never `/usr` nor the
 /// home's (an earlier depth-first cut gave `/tmp` everything and `/usr`
 /// nothing: no command could start).
-fn split(top: &Path, denied: &[&[u8]], granted: &mut Vec<Granted>, links: &mut Vec<PathBuf>) {
+fn split(
+    top: &Path,
+    denied: &[&[u8]],
+    granted: &mut Vec<Granted>,
+    links: &mut Vec<PathBuf>,
+    listed: &mut Vec<PathBuf>,
+) {
     let mut folders: Vec<Vec<Granted>> = Vec::new();
     let mut to_split: VecDeque<(PathBuf, Vec<&[u8]>)> = VecDeque::from([(top.to_path_buf(), denied.to_vec())]);
     while let Some((dir, denied)) = to_split.pop_front() {
         let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        listed.push(dir.clone());
         let mut entries: Vec<(PathBuf, Option<std::fs::FileType>)> =
             entries.flatten().map(|entry| (entry.path(), entry.file_type().ok())).collect();
         entries.sort_by(|a, b| a.0.cmp(&b.0));
