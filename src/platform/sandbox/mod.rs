@@ -23,7 +23,8 @@
 //!   devices and the configured `writable` paths (Landlock ABI 3's writes);
 //! - reads everything except the credentials [`secrets`] lists and the
 //!   `deny_read` paths, unless they lie inside a session root (Landlock's
-//!   read rights, as an allow-list built around them);
+//!   read rights, as an allow-list built around them; lathe works the list
+//!   out once per session for the trampolines it starts, `grants`);
 //! - with the network off (the default), makes no TCP connection or
 //!   listener (Landlock ABI 4), and no socket but a Unix one: no UDP, so no
 //!   DNS, no raw, packet or netlink socket (`seccomp`); and reaches no

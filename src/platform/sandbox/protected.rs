@@ -109,10 +109,13 @@ fn real(path: &Path) -> PathBuf {
 fn read_small(path: &Path) -> Option<String> {
     use std::io::Read;
     let file = std::fs::File::open(path).ok()?;
-    if !file.metadata().ok()?.is_file() {
+    let metadata = file.metadata().ok()?;
+    if !metadata.is_file() {
         return None;
     }
-    let mut text = String::new();
+    // Room for all of it up front: read in one call (and one that finds
+    // the end) rather than in growing steps from 32 bytes.
+    let mut text = String::with_capacity(usize::try_from(metadata.len().min(MAX_READ)).unwrap_or(0));
     file.take(MAX_READ).read_to_string(&mut text).ok()?;
     Some(text)
 }
@@ -128,6 +131,8 @@ fn named_path(text: &str, prefix: &str, base: &Path) -> Option<PathBuf> {
     Some(real(&base.join(named)))
 }
 
+/// The git metadata of `root`, a path as it really is (every caller has
+/// resolved it).
 fn git_dirs(root: &Path) -> GitDirs {
     let dot_git = root.join(".git");
     let Ok(metadata) = std::fs::symlink_metadata(&dot_git) else { return GitDirs::default() };
@@ -135,6 +140,11 @@ fn git_dirs(root: &Path) -> GitDirs {
     let dir = if metadata.is_file() {
         found.pointer = Some(dot_git.clone());
         read_small(&dot_git).and_then(|text| named_path(&text, "gitdir:", root))
+    } else if metadata.is_dir() {
+        // Not a link, in a real root: as it really is already (resolving
+        // it again costs a system call per component, at every sandboxed
+        // command's start).
+        Some(dot_git)
     } else {
         Some(real(&dot_git))
     };

@@ -18,7 +18,9 @@
 //! `~/.config/nvim` is granted). Symbolic links among the entries are not
 //! granted: what they lead to is judged where it really is. Names created
 //! later in a split directory are not readable (they were not there to be
-//! granted). This module knows paths; nothing of Landlock itself.
+//! granted). [`readable_beneath_listed`] also says which directories were
+//! read and whether a link was met: what the list kept once per session
+//! (`grants`) watches. This module knows paths; nothing of Landlock itself.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
