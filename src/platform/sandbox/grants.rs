@@ -29,12 +29,15 @@
 //!   where it leads, through directories not watched);
 //! - every listed directory is on a local file system that reports every
 //!   change to inotify ([`LOCAL_FILE_SYSTEMS`]; on NFS, say, another
-//!   machine's changes are not reported);
+//!   machine's changes are not reported; overlayfs is left out too, as
+//!   changes made to its layers beneath it are not reported);
 //! - no granted path holds a newline, and the list is at most 32 KiB (it
 //!   crosses as one argument).
 //!
 //! Otherwise the trampoline gets no list and works it out itself, as
-//! before. What a kept list can still miss is only what a fresh one would
+//! before; lathe remembers that and tries again only once a watched
+//! directory or the mount table changes (never, where the watches could
+//! not be set up). What a kept list can still miss is only what a fresh one would
 //! have granted in the moment between the check and the trampoline's own
 //! opens, the same window the trampoline's own reading had. A granted path
 //! that is gone, or is now a link, is not granted (the trampoline opens
