@@ -53,7 +53,9 @@ enum Command {
     /// lathe's own trampoline: starts a command with a scrubbed environment
     /// and kills its process group when lathe dies (see `lathe::platform::process`).
     #[command(name = "sandbox-exec", hide = true)]
-    SandboxExec(lathe::platform::process::SandboxExecArgs),
+    // Boxed: its arguments are far larger than the other commands' (a
+    // `Command` is moved around by value).
+    SandboxExec(Box<lathe::platform::process::SandboxExecArgs>),
     /// Check the setup: the config file, each model's endpoint (reachable,
     /// key accepted, model listed, streaming, tool calls, usage, context
     /// window), the data directory, the MCP servers and the sandbox. One
@@ -114,7 +116,7 @@ fn main() -> ExitCode {
     let mut cli = Cli::parse();
     let command = cli.command.take();
     if let Some(Command::SandboxExec(args)) = command {
-        return trampoline(args);
+        return trampoline(*args);
     }
     let outcome = match command {
         Some(command) => run_command(cli, command),

@@ -2,8 +2,8 @@
 //! runs on, behind one seam per concern, so the rest of lathe never writes
 //! `cfg(unix)` or `cfg(windows)`.
 //!
-//! This is the bottom floor: it imports nothing of lathe but `config` and
-//! `errors`. One module per concern; where the systems differ, one file per
+//! This is the bottom floor: it imports nothing of lathe (the settings it is
+//! given live in `settings`, which `config` builds). One module per concern; where the systems differ, one file per
 //! family (`unix`, `windows`) beneath it, chosen by `cfg` at the leaves only
 //! (the shape of tokio's `sys/` and `ignore`'s walkers).
 //!
@@ -20,6 +20,7 @@
 //! console    the front ends' plumbing: stdout's raw handle, interrupts
 //! cpu        the CPU time a thread has used (the fetch tool's conversion budget)
 //! folders    the config and data folders by the platform's convention
+//! settings   what the config tells the sandbox and the process starter
 //! testing    (tests only) links, FIFOs, modes where the system has them, else skipped
 //! ```
 //!
@@ -35,6 +36,7 @@ pub mod paths;
 pub mod private;
 pub mod process;
 pub mod sandbox;
+pub mod settings;
 pub mod shell;
 pub mod stamp;
 #[cfg(test)]

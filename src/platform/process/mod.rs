@@ -112,8 +112,8 @@ use std::sync::OnceLock;
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use tokio::process::{ChildStderr, ChildStdin, ChildStdout, Command};
 
-use crate::config::{ChildSettings, SandboxSettings};
 use crate::platform::sandbox::{Confinement, SandboxPart, SandboxPolicy, SessionSandbox};
+use crate::platform::settings::{ChildSettings, SandboxSettings};
 
 #[cfg(unix)]
 #[path = "unix.rs"]

@@ -8,7 +8,7 @@
 use std::ffi::OsString;
 use std::path::Path;
 
-use crate::config::SandboxSettings;
+use crate::platform::settings::SandboxSettings;
 
 use super::{
     DENY_READ_FLAG, Findings, HOME_FLAG, NO_NETWORK_FLAG, NS_KEEPER_FLAG, ROOT_FLAG, SANDBOX_FLAG, SandboxError,

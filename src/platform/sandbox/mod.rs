@@ -88,7 +88,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{SANDBOX_UNAVAILABLE_ENV, SandboxMode, SandboxSettings};
+use crate::platform::settings::{SANDBOX_UNAVAILABLE_ENV, SandboxMode, SandboxSettings};
 pub use family::{apply, probe_here};
 #[cfg(target_os = "linux")]
 pub use landlock::restrict_self;

@@ -12,7 +12,7 @@
 use std::ffi::OsString;
 use std::path::Path;
 
-use crate::config::SandboxSettings;
+use crate::platform::settings::SandboxSettings;
 
 use super::{Findings, SandboxError, SandboxPolicy, Status};
 

@@ -234,8 +234,8 @@ mod macos {
     use std::sync::OnceLock;
 
     use super::{Inputs, SANDBOX_EXEC, profile};
-    use crate::config::SandboxSettings;
     use crate::platform::sandbox::{Enforcement, Findings, SandboxError, SandboxPolicy, Status};
+    use crate::platform::settings::SandboxSettings;
 
     /// Why the trampoline has nothing to put on here.
     const APPLIED_BEFORE: &str =
