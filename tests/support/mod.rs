@@ -13,6 +13,7 @@
 pub mod acp_client;
 pub mod agent_env;
 pub mod clock;
+pub mod commands;
 pub mod edit_match;
 pub mod editor;
 pub mod harness;
@@ -29,19 +30,8 @@ pub mod web;
 pub use agent_env::write_config;
 
 /// Pids of the live (not zombie) processes whose command line starts with
-/// `prefix` (arguments joined by spaces, with a trailing space).
+/// `prefix` (arguments joined by spaces, with a trailing space): `/proc` on
+/// Linux, the system's process list on Windows ([`commands`]).
 pub fn live_processes(prefix: &str) -> Vec<u32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        // Zombies are dead; this sandbox's init does not always reap orphans.
-        let zombie = stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z'));
-        if cmdline.starts_with(prefix) && !zombie {
-            found.push(pid);
-        }
-    }
-    found
+    commands::live_processes(prefix)
 }
