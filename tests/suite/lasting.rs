@@ -14,7 +14,9 @@ use lathe::platform::sandbox::{Enforcement, probe};
 use serde_json::{Value, json};
 
 use crate::support::acp_client::{agent_text, final_status, prompt, updates_for};
+use crate::support::agent_env::config_dir;
 use crate::support::clock::{FrozenClock, poll_until};
+use crate::support::commands::{self, READ_PROGRAM};
 use crate::support::editor::{FakeEditor, Permission};
 use crate::support::harness::Harness;
 use crate::support::live_processes;
@@ -81,7 +83,17 @@ async fn a_project_rule_holds_in_the_projects_next_session_and_not_in_another() 
     let mut h = Harness::with_config("[sandbox]\nmode = \"off\"\n").await;
     write(&h.project, "README.md", "hello\n");
     let session = h.session().await;
-    h.mock.push(tool_call_reply(&[("call_1", "shell", json!({"command": "cat README.md"}))]));
+    // The rule: `cat` by name, a read-only program kept inside the project.
+    // cmd.exe's `type` is not one the rules know by name (they read POSIX
+    // words, tools/shell/rules.rs), so on Windows the rule is the exact
+    // command, which holds in the project's next session the same way.
+    let cat = READ_PROGRAM;
+    let (rule, kept_rule, again_command) = if cfg!(windows) {
+        ("`type README.md`".to_owned(), "command = \"type README.md\"".to_owned(), "type README.md".to_owned())
+    } else {
+        (format!("`{cat} …` inside the project"), format!("program = \"{cat}\""), "cat -n README.md".to_owned())
+    };
+    h.mock.push(tool_call_reply(&[("call_1", "shell", json!({"command": commands::read("README.md")}))]));
     h.mock.push(text_reply("read it"));
     let mut editor = FakeEditor::answering(&[Permission::Select("allow_always_project")]);
     let (before, response) = run(&mut h, &session, &mut editor).await;
@@ -94,25 +106,32 @@ async fn a_project_rule_holds_in_the_projects_next_session_and_not_in_another() 
         .iter()
         .map(|o| (o["kind"].as_str().unwrap().to_owned(), o["name"].as_str().unwrap().to_owned()))
         .collect();
-    let expected = [
-        ("allow_once", "Allow"),
-        ("allow_always", "Always allow `cat …` inside the project for this session"),
-        ("allow_always", "Always allow `cat …` inside the project for this project"),
-        ("allow_always", "Always allow `cat …` inside the project, in every project"),
-        ("reject_once", "Reject"),
-        ("reject_always", "Always reject `cat …` for this project"),
+    let mut expected = vec![
+        ("allow_once", "Allow".to_owned()),
+        ("allow_always", format!("Always allow {rule} for this session")),
+        ("allow_always", format!("Always allow {rule} for this project")),
+        ("allow_always", format!("Always allow {rule}, in every project")),
+        ("reject_once", "Reject".to_owned()),
+        ("reject_always", format!("Always reject `{cat} …` for this project")),
     ];
-    let expected: Vec<(String, String)> = expected.iter().map(|(k, n)| ((*k).to_owned(), (*n).to_owned())).collect();
+    if cfg!(windows) {
+        // An exact command is never offered for every project.
+        expected.remove(3);
+    }
+    let expected: Vec<(String, String)> = expected.iter().map(|(k, n)| ((*k).to_owned(), n.clone())).collect();
     assert_eq!(options, expected);
-    let kept = lathe::rules::RuleFile::project(&h.home.path().join(".local/share/lathe"), &h.project);
+    let kept = lathe::rules::RuleFile::project(
+        &h.home.path().join(".local/share/lathe"),
+        &lathe::rules::project_root(&h.project),
+    );
     let text = std::fs::read_to_string(&kept.path).unwrap();
-    assert!(text.contains("program = \"cat\"") && text.contains("# Always allow `cat …` inside the project"), "{text}");
+    assert!(text.contains(&kept_rule) && text.contains(&format!("# Always allow {rule}")), "{text}");
     assert!(!lathe::platform::private::readable_by_others(&kept.path), "kept private");
 
     // A new session in the same project: not asked.
     let project = h.project.clone();
     let again = new_session(&mut h, &project).await;
-    h.mock.push(tool_call_reply(&[("call_2", "shell", json!({"command": "cat -n README.md"}))]));
+    h.mock.push(tool_call_reply(&[("call_2", "shell", json!({"command": again_command}))]));
     h.mock.push(text_reply("read it again"));
     let mut editor = FakeEditor::answering(&[]);
     let (before, _) = run(&mut h, &again, &mut editor).await;
@@ -121,14 +140,14 @@ async fn a_project_rule_holds_in_the_projects_next_session_and_not_in_another() 
     let id = prompt(&mut h.agent, &again, "/permissions").await;
     let (listed, _) = h.agent.response(id).await;
     let listed = agent_text(&listed);
-    assert!(listed.contains("p1 allow  `cat …` inside the project"), "{listed}");
+    assert!(listed.contains(&format!("p1 allow  {rule}")), "{listed}");
 
     // Another project: asked.
     let other = h.home.path().join("other");
     write(&other, "README.md", "other\n");
-    let other = other.canonicalize().unwrap();
+    let other = lathe::platform::paths::canonical(&other).unwrap();
     let elsewhere = new_session(&mut h, &other).await;
-    h.mock.push(tool_call_reply(&[("call_3", "shell", json!({"command": "cat README.md"}))]));
+    h.mock.push(tool_call_reply(&[("call_3", "shell", json!({"command": commands::read("README.md")}))]));
     h.mock.push(text_reply("not allowed"));
     let mut editor = FakeEditor::answering(&[Permission::Select("reject_once")]);
     let (before, _) = run(&mut h, &elsewhere, &mut editor).await;
@@ -190,31 +209,42 @@ async fn a_hostile_workspace_rule_file_grants_nothing() {
 #[tokio::test]
 async fn a_rule_file_with_a_broken_line_still_loads_the_others() {
     let mut h = Harness::with_config("[sandbox]\nmode = \"off\"\n").await;
+    // `cat` by name; on Windows the exact `type` command (not a program the
+    // rules know by name), one line longer for its directory.
+    let good = if cfg!(windows) {
+        let root = quoted(&lathe::rules::project_root(&h.project).display().to_string());
+        format!("[[allow]]\ncommand = \"type README.md\"\ncwd = {root}\n")
+    } else {
+        "[[allow]]\nprogram = \"cat\"\n".to_owned()
+    };
     let rules = write(
-        h.home.path(),
-        ".config/lathe/permissions.toml",
-        "[[allow]]\nprogram = \"cat\"\nthis is not toml\n[[allow]]\nprogram = \"rm\"\n",
+        &config_dir(h.home.path()),
+        "permissions.toml",
+        &format!("{good}this is not toml\n[[allow]]\nprogram = \"rm\"\n"),
     );
+    let broken = good.lines().count() + 1;
     write(&h.project, "README.md", "hello\n");
     let session = h.session().await;
-    h.mock.push(tool_call_reply(&[("call_1", "shell", json!({"command": "cat README.md"}))]));
+    h.mock.push(tool_call_reply(&[("call_1", "shell", json!({"command": commands::read("README.md")}))]));
     h.mock.push(text_reply("read"));
     let mut editor = FakeEditor::answering(&[]);
     let (before, _) = run(&mut h, &session, &mut editor).await;
     assert!(editor.requests_for("session/request_permission").is_empty(), "the good rule holds");
     assert_eq!(final_status(&before, "call_1"), "completed");
     let told = agent_text(&before);
-    assert!(told.contains(&format!("{}:3: skipped this line", rules.display())), "{told}");
-    assert!(told.contains(&format!("{}:4: skipped this rule", rules.display())), "{told}");
+    assert!(told.contains(&format!("{}:{broken}: skipped this line", rules.display())), "{told}");
+    assert!(told.contains(&format!("{}:{}: skipped this rule", rules.display(), broken + 1)), "{told}");
 }
 
 /// Issue 32: a `PreToolUse` hook that exits 2 blocks a shell command
 /// before any question, and the model gets its stderr as the reason.
 #[tokio::test]
 async fn a_pre_tool_use_hook_blocks_a_command_and_the_model_hears_why() {
-    let config = "[[hooks.PreToolUse]]\nmatcher = \"Bash\"\n\
-                  command = \"cat > /dev/null; printf 'rm is not for agents\\\\033[2J' >&2; exit 2\"\n";
-    let mut h = Harness::with_config(config).await;
+    // The reason ends in a terminal escape (ESC [2J), which must reach the editor escaped.
+    let block = [commands::drain_stdin(), commands::print_err("rm is not for agents\u{1b}[2J"), commands::exit(2)];
+    let block = block.iter().skip(1).fold(block[0].clone(), |line, next| commands::then(&line, next));
+    let config = format!("[[hooks.PreToolUse]]\nmatcher = \"Bash\"\ncommand = {}\n", quoted(&block));
+    let mut h = Harness::with_config(&config).await;
     std::fs::create_dir_all(h.project.join("build")).unwrap();
     let session = h.session().await;
     h.mock.push(tool_call_reply(&[("call_rm", "shell", json!({"command": "rm -rf build"}))]));
@@ -237,8 +267,15 @@ async fn a_pre_tool_use_hook_blocks_a_command_and_the_model_hears_why() {
 /// model's next request.
 #[tokio::test]
 async fn a_post_tool_use_formatter_runs_after_a_write_and_the_model_hears_it() {
-    let formatter = r#"f=$(sed -n 's/.*"file_path":"\([^"]*\)".*/\1/p'); tr a-z A-Z < "$f" > "$f.up" && mv "$f.up" "$f" && echo "formatted $(basename "$f")""#;
-    let config = format!("[[hooks.PostToolUse]]\nmatcher = \"Write|Edit\"\ncommand = {}\n", quoted(formatter));
+    // cmd.exe has no sed or tr: its formatter finds the file named in its
+    // input and writes the upper-case text itself.
+    let formatter = if cfg!(windows) {
+        let rewrite = commands::and(&commands::write("HELLO", "a.txt"), &commands::print("formatted a.txt"));
+        commands::and(&commands::stdin_contains("file_path"), &rewrite)
+    } else {
+        r#"f=$(sed -n 's/.*"file_path":"\([^"]*\)".*/\1/p'); tr a-z A-Z < "$f" > "$f.up" && mv "$f.up" "$f" && echo "formatted $(basename "$f")""#.to_owned()
+    };
+    let config = format!("[[hooks.PostToolUse]]\nmatcher = \"Write|Edit\"\ncommand = {}\n", quoted(&formatter));
     let mut h = Harness::with_config(&config).await;
     let session = h.session().await;
     set_mode(&mut h, &session, "accept-edits").await;
@@ -246,7 +283,8 @@ async fn a_post_tool_use_formatter_runs_after_a_write_and_the_model_hears_it() {
     h.mock.push(text_reply("written"));
     let (before, _) = run(&mut h, &session, &mut FakeEditor::answering(&[])).await;
     assert_eq!(final_status(&before, "call_w"), "completed");
-    assert_eq!(std::fs::read_to_string(h.project.join("a.txt")).unwrap(), "HELLO\n");
+    let formatted = if cfg!(windows) { commands::line("HELLO") } else { "HELLO\n".to_owned() };
+    assert_eq!(std::fs::read_to_string(h.project.join("a.txt")).unwrap(), formatted);
     let result = tool_result(&h.mock.chat_requests()[1].body, "call_w");
     assert!(result.contains("formatted a.txt"), "{result}");
     assert!(call_text(&before, "call_w").contains("formatted a.txt"), "shown on the call too");
@@ -259,13 +297,12 @@ async fn a_post_tool_use_formatter_runs_after_a_write_and_the_model_hears_it() {
 async fn an_untrusted_project_hook_runs_only_once_trusted_and_again_after_a_change() {
     let mut h = Harness::with_config("[sandbox]\nmode = \"off\"\n").await;
     let log = h.home.path().join("hook.log");
-    let hook = |extra: &str| {
-        format!(
-            "[[PreToolUse]]\nmatcher = \"shell\"\ncommand = {}\n",
-            quoted(&format!("echo ran >> '{}'{extra}", log.display()))
-        )
+    let append = commands::append("ran", &log.display().to_string());
+    let hook = |changed: bool| {
+        let command = if changed { commands::then(&append, &commands::exit(0)) } else { append.clone() };
+        format!("[[PreToolUse]]\nmatcher = \"shell\"\ncommand = {}\n", quoted(&command))
     };
-    write(&h.project, ".lathe/hooks.toml", &hook(""));
+    write(&h.project, ".lathe/hooks.toml", &hook(false));
     let ran = || std::fs::read_to_string(&log).map(|text| text.lines().count()).unwrap_or(0);
     let project = h.project.clone();
     let first = h.session().await;
@@ -273,7 +310,9 @@ async fn an_untrusted_project_hook_runs_only_once_trusted_and_again_after_a_chan
     let asked = hooked_turn(&mut h, first.clone(), vec![Permission::Select("reject_once")]).await;
     assert_eq!(asked.len(), 1);
     assert_eq!(asked[0]["params"]["toolCall"]["title"], "Run this project's hooks?");
-    assert!(asked[0]["params"]["toolCall"]["content"].to_string().contains("echo ran >>"), "every command is shown");
+    let shown = serde_json::to_string(&append).unwrap();
+    let shown = &shown[1..shown.len() - 1];
+    assert!(asked[0]["params"]["toolCall"]["content"].to_string().contains(shown), "every command is shown");
     assert_eq!(option_ids(&asked[0]), ["allow_always", "allow_once", "reject_once"]);
     assert_eq!(ran(), 0, "declined: not run");
     assert!(hooked_turn(&mut h, first.clone(), vec![]).await.is_empty(), "declined for the session: not asked again");
@@ -288,7 +327,7 @@ async fn an_untrusted_project_hook_runs_only_once_trusted_and_again_after_a_chan
     assert!(hooked_turn(&mut h, third.clone(), vec![]).await.is_empty(), "the trust is kept");
     assert_eq!(ran(), 2);
 
-    write(&project, ".lathe/hooks.toml", &hook("; echo changed > /dev/null"));
+    write(&project, ".lathe/hooks.toml", &hook(true));
     let asked = hooked_turn(&mut h, third.clone(), vec![Permission::Select("reject_once")]).await;
     assert_eq!(asked.len(), 1, "changed: asked again");
     assert_eq!(ran(), 2, "not run before it is trusted again");
@@ -304,7 +343,7 @@ async fn hooked_turn(h: &mut Harness, session: String, answers: Vec<Permission>)
     // Call ids are unique in a session: each turn's call gets its own.
     static TURNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let call = format!("call_h{}", TURNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
-    h.mock.push(tool_call_reply(&[(call.as_str(), "shell", json!({"command": "echo hi"}))]));
+    h.mock.push(tool_call_reply(&[(call.as_str(), "shell", json!({"command": commands::print("hi")}))]));
     h.mock.push(text_reply("ok"));
     let mut editor = FakeEditor::answering(&answers);
     let (before, _) = run(h, &session, &mut editor).await;
@@ -317,21 +356,21 @@ async fn hooked_turn(h: &mut Harness, session: String, answers: Vec<Permission>)
 #[tokio::test(start_paused = true)]
 async fn a_sleeping_hook_is_killed_on_cancel() {
     let clock = FrozenClock::hold().await;
-    let marker = format!("61.{}", std::process::id());
+    let sleeper = commands::sleeper("61");
     // A tree: the shell, a sleep in the background and one it waits for.
-    let config = format!("[[hooks.PreToolUse]]\ncommand = \"sleep {marker} & sleep {marker}; wait\"\n");
+    let config = format!("[[hooks.PreToolUse]]\ncommand = {}\n", quoted(&commands::two_sleepers(&sleeper)));
     let mut h = Harness::with_config(&config).await;
     let session = h.session().await;
     set_mode(&mut h, &session, "full-auto").await;
     h.mock.push(tool_call_reply(&[("call_s", "shell", json!({"command": "echo never"}))]));
     let id = prompt(&mut h.agent, &session, "go").await;
-    poll_until("the hook sleeps", WAIT, || live_processes(&format!("sleep {marker}")).len() == 2).await;
+    poll_until("the hook sleeps", WAIT, || live_processes(&sleeper.process).len() == 2).await;
     h.agent.notify("session/cancel", json!({"sessionId": session})).await;
     let (after, response) = h.agent.response(id).await;
     assert_eq!(clock.elapsed(), Duration::ZERO, "answered without waiting out a timer");
     assert_eq!(response["result"]["stopReason"], "cancelled");
     assert_eq!(final_status(&after, "call_s"), "failed");
-    assert!(live_processes(&format!("sleep {marker}")).is_empty(), "the hook was killed, its whole tree");
+    assert!(live_processes(&sleeper.process).is_empty(), "the hook was killed, its whole tree");
 }
 
 /// Issue 32: a hook that hangs past its timeout is killed, the timeout is
@@ -340,15 +379,15 @@ async fn a_sleeping_hook_is_killed_on_cancel() {
 #[tokio::test(start_paused = true)]
 async fn a_hook_past_its_timeout_is_killed_and_the_turn_goes_on() {
     let clock = FrozenClock::hold().await;
-    let marker = format!("62.{}", std::process::id());
-    let config = format!("[[hooks.PreToolUse]]\ncommand = \"sleep {marker}\"\ntimeout_secs = 30\n");
+    let sleeper = commands::sleeper("62");
+    let config = format!("[[hooks.PreToolUse]]\ncommand = {}\ntimeout_secs = 30\n", quoted(&sleeper.command));
     let mut h = Harness::with_config(&config).await;
     let session = h.session().await;
     set_mode(&mut h, &session, "full-auto").await;
-    h.mock.push(tool_call_reply(&[("call_t", "shell", json!({"command": "echo went on"}))]));
+    h.mock.push(tool_call_reply(&[("call_t", "shell", json!({"command": commands::print("went on")}))]));
     h.mock.push(text_reply("ok"));
     let id = prompt(&mut h.agent, &session, "go").await;
-    poll_until("the hook sleeps", WAIT, || live_processes(&format!("sleep {marker}")).len() == 1).await;
+    poll_until("the hook sleeps", WAIT, || live_processes(&sleeper.process).len() == 1).await;
     clock.advance(Duration::from_secs(30)).await;
     let (after, response) = h.agent.response(id).await;
     assert_eq!(response["result"]["stopReason"], "end_turn");
@@ -356,7 +395,7 @@ async fn a_hook_past_its_timeout_is_killed_and_the_turn_goes_on() {
     let shown = call_text(&after, "call_t");
     assert!(shown.contains("timed out after 30 s"), "{shown}");
     assert!(tool_result(&h.mock.chat_requests()[1].body, "call_t").contains("went on"));
-    poll_until("the hook is gone", WAIT, || live_processes(&format!("sleep {marker}")).is_empty()).await;
+    poll_until("the hook is gone", WAIT, || live_processes(&sleeper.process).is_empty()).await;
 }
 
 /// Issue 32: `SessionStart` hooks speak to the model at a session's first
@@ -367,13 +406,19 @@ async fn a_hook_past_its_timeout_is_killed_and_the_turn_goes_on() {
 async fn prompt_start_and_stop_hooks_run_at_their_points() {
     let stopped = tempfile::NamedTempFile::new().unwrap();
     let stopped = stopped.path().with_extension("stopped");
-    let stop =
-        format!("[ -e '{0}' ] && exit 0; touch '{0}'; echo 'run the tests first' >&2; exit 2", stopped.display());
+    // Stop: the first time, make the marker and send the model back; then let it stop.
+    let marker = stopped.display().to_string();
+    let stop = [commands::write("stopped", &marker), commands::print_err("run the tests first"), commands::exit(2)];
+    let stop = commands::unless_exists(&marker, &commands::then(&stop[0], &commands::then(&stop[1], &stop[2])));
+    let secret = commands::then(&commands::print_err("no secrets in prompts"), &commands::exit(2));
+    let secret = commands::if_stdin_contains("secret", &secret);
     let config = format!(
-        "[[hooks.SessionStart]]\ncommand = \"echo 'branch: main'\"\n\
+        "[[hooks.SessionStart]]\ncommand = {}\n\
          [[hooks.UserPromptSubmit]]\nmatcher = \"ignored\"\n\
-         command = \"grep -q secret || exit 0; echo 'no secrets in prompts' >&2; exit 2\"\n\
+         command = {}\n\
          [[hooks.Stop]]\ncommand = {}\n",
+        quoted(&commands::print("branch: main")),
+        quoted(&secret),
         quoted(&stop)
     );
     let mut h = Harness::with_config(&config).await;
@@ -407,20 +452,23 @@ async fn prompt_start_and_stop_hooks_run_at_their_points() {
 /// hook's whole process tree.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_the_binary_a_hook_never_writes_on_the_protocol_and_dies_at_a_cancel() {
-    let marker = format!("63.{}", std::process::id());
-    let command = format!("echo 'not json'; echo '{{\"jsonrpc\":\"2.0\"}}'; sleep {marker} & sleep {marker}; wait");
+    let sleeper = commands::sleeper("63");
+    let command = commands::then(
+        &commands::print("not json"),
+        &commands::then(&commands::print(r#"{"jsonrpc":"2.0"}"#), &commands::two_sleepers(&sleeper)),
+    );
     let config = format!("[[hooks.PreToolUse]]\ncommand = {}\n", quoted(&command));
     let mut h = Harness::process(&config, &[]).await;
     let session = h.session().await;
     set_mode(&mut h, &session, "full-auto").await;
-    h.mock.push(tool_call_reply(&[("call_p", "shell", json!({"command": "echo never"}))]));
+    h.mock.push(tool_call_reply(&[("call_p", "shell", json!({"command": commands::print("never")}))]));
     let id = prompt(&mut h.agent, &session, "go").await;
-    poll_until("the hook sleeps", WAIT, || live_processes(&format!("sleep {marker}")).len() == 2).await;
+    poll_until("the hook sleeps", WAIT, || live_processes(&sleeper.process).len() == 2).await;
     h.agent.notify("session/cancel", json!({"sessionId": session})).await;
     let (after, response) = h.agent.response(id).await;
     assert_eq!(response["result"]["stopReason"], "cancelled");
     assert_eq!(final_status(&after, "call_p"), "failed");
-    poll_until("the hook's tree is gone", WAIT, || live_processes(&format!("sleep {marker}")).is_empty()).await;
+    poll_until("the hook's tree is gone", WAIT, || live_processes(&sleeper.process).is_empty()).await;
     h.agent.assert_stdout_is_only_jsonrpc();
     assert!(!h.agent.raw_stdout_lines().iter().any(|line| line == "not json"));
 }
@@ -432,13 +480,22 @@ async fn in_the_binary_a_hook_never_writes_on_the_protocol_and_dies_at_a_cancel(
 async fn exec_without_a_terminal_skips_untrusted_project_hooks() {
     let term = super::term_exec::Term::start("").await;
     let ran = term.home.path().join("ran");
-    let hooks = format!("[[UserPromptSubmit]]\ncommand = {}\n", quoted(&format!("touch '{}'", ran.display())));
+    let hooks =
+        format!("[[UserPromptSubmit]]\ncommand = {}\n", quoted(&commands::write("ran", &ran.display().to_string())));
     write(&term.project, ".lathe/hooks.toml", &hooks);
     let exec = |term: &super::term_exec::Term| {
-        // A new session without a controlling terminal: /dev/tty cannot be opened.
+        // A new session without a controlling terminal: /dev/tty cannot be
+        // opened. (Windows has no controlling terminal to shed: with stdin
+        // not a console, nobody can be asked.)
         let inner = term.std_command(&["exec", "hello"]);
-        let mut command = tokio::process::Command::new("setsid");
-        command.arg("--wait").arg(inner.get_program()).args(inner.get_args());
+        let mut command = if cfg!(windows) {
+            tokio::process::Command::new(inner.get_program())
+        } else {
+            let mut setsid = tokio::process::Command::new("setsid");
+            setsid.arg("--wait").arg(inner.get_program());
+            setsid
+        };
+        command.args(inner.get_args());
         command.current_dir(inner.get_current_dir().unwrap());
         for (name, value) in inner.get_envs() {
             match value {
@@ -460,11 +517,12 @@ async fn exec_without_a_terminal_skips_untrusted_project_hooks() {
 
     // Trusted, as "Trust them for this project" keeps it (in the data directory).
     let hash = lathe::hooks::read_project_hooks(&term.project).hash;
-    let folder = lathe::rules::project_dir(&term.home.path().join(".local/share/lathe"), &term.project);
+    let root = lathe::rules::project_root(&term.project);
+    let folder = lathe::rules::project_dir(&term.home.path().join(".local/share/lathe"), &root);
     write(
         &folder,
         "hooks-trust.toml",
-        &format!("project = {}\nsha256 = \"{hash}\"\n", quoted(&term.project.display().to_string())),
+        &format!("project = {}\nsha256 = \"{hash}\"\n", quoted(&root.display().to_string())),
     );
     term.mock.push(text_reply("hi"));
     let output = tokio::time::timeout(Duration::from_secs(60), exec(&term)).await.unwrap().unwrap();
@@ -524,14 +582,12 @@ fn permissions_command(home: &Path, project: &Path, args: &[&str]) -> (i32, Stri
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_lathe"));
     command.arg("permissions").args(args).current_dir(project);
     for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("LATHE_") {
+        if crate::support::agent_env::scrubbed(&name.to_string_lossy()) {
             command.env_remove(&name);
         }
     }
     let output = command
-        .env("HOME", home)
-        .env("XDG_CONFIG_HOME", home.join(".config"))
-        .env("XDG_DATA_HOME", home.join(".local/share"))
+        .envs(crate::support::agent_env::environment(home, &[]))
         .stdin(std::process::Stdio::null())
         .output()
         .unwrap();
@@ -548,7 +604,7 @@ fn permissions_are_listed_removed_cleared_and_imported() {
     let home = tempfile::tempdir().unwrap();
     let project = home.path().join("project");
     std::fs::create_dir_all(&project).unwrap();
-    let project = project.canonicalize().unwrap();
+    let project = lathe::platform::paths::canonical(&project).unwrap();
     let data = home.path().join(".local/share/lathe");
     let file = lathe::rules::RuleFile::project(&data, &project);
     let root = quoted(&project.display().to_string());
@@ -557,7 +613,7 @@ fn permissions_are_listed_removed_cleared_and_imported() {
         "permissions.toml",
         &format!("project = {root}\n[[allow]]\nprogram = \"cat\"\n\n# mine\n[[reject]]\nprogram = \"git push\"\n"),
     );
-    write(home.path(), ".config/lathe/permissions.toml", "[[allow]]\nfetch = \"docs.rs\"\n");
+    write(&config_dir(home.path()), "permissions.toml", "[[allow]]\nfetch = \"docs.rs\"\n");
 
     let (code, listed) = permissions_command(home.path(), &project, &["list"]);
     assert_eq!(code, 0, "{listed}");
@@ -587,7 +643,7 @@ fn permissions_are_listed_removed_cleared_and_imported() {
     let places = lathe::cli::permissions::Places {
         cwd: project.clone(),
         data_dir: Some(data.clone()),
-        user_dir: Some(home.path().join(".config/lathe")),
+        user_dir: Some(config_dir(home.path())),
     };
     let import = || lathe::cli::permissions::PermissionsCommand::Import;
     let mut input: &[u8] = b"";
@@ -625,7 +681,7 @@ fn with_git_dir(project: &Path) {
 /// The edit rule and the outside-read rule, as the user's rule file and the
 /// project's rule file keep them (the project's in the data directory).
 fn standing_rules(h: &Harness) {
-    write(h.home.path(), ".config/lathe/permissions.toml", "[[allow]]\nfiles = \"edit\"\n");
+    write(&config_dir(h.home.path()), "permissions.toml", "[[allow]]\nfiles = \"edit\"\n");
     let data = h.home.path().join(".local/share/lathe");
     let project = lathe::rules::RuleFile::project(&data, &lathe::rules::project_root(&h.project));
     let read_outside = lathe::permission::Rule::Tool(lathe::tools::Tool::ReadFile, lathe::permission::Scope::Outside);
@@ -742,7 +798,7 @@ async fn a_call_read_from_text_asks_whatever_the_standing_rules_allow() {
 #[tokio::test]
 async fn a_hooks_allow_still_asks_before_a_protected_write() {
     let allow = r#"{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"allow"}}"#;
-    let config = format!("[[hooks.PreToolUse]]\ncommand = {}\n", quoted(&format!("echo '{allow}'")));
+    let config = format!("[[hooks.PreToolUse]]\ncommand = {}\n", quoted(&commands::print(allow)));
     let mut h = Harness::with_config(&config).await;
     with_git_dir(&h.project);
     let session = h.session().await;
