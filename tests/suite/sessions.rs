@@ -445,7 +445,7 @@ async fn huge_tool_outputs_are_trimmed_in_history() {
     let session = h.session().await;
     let id = h.agent.request("session/set_mode", json!({"sessionId": session, "modeId": "full-auto"})).await;
     h.agent.response(id).await;
-    h.mock.push(tool_call_reply(&[("call_s", "shell", json!({"command": "seq 1 5000"}))]));
+    h.mock.push(tool_call_reply(&[("call_s", "shell", json!({"command": crate::support::commands::count_to(5000)}))]));
     h.mock.push(text_reply("long"));
     let id = prompt(&mut h.agent, &session, "count").await;
     h.agent.response(id).await;

@@ -36,7 +36,7 @@ impl Term {
         let home = tempfile::tempdir().unwrap();
         let project = home.path().join("project");
         std::fs::create_dir_all(&project).unwrap();
-        let project = project.canonicalize().unwrap();
+        let project = lathe::platform::paths::canonical(&project).unwrap();
         let config = write_config(home.path(), &mock.base_url(), extra_toml);
         Term { mock, project, config, home }
     }
@@ -48,16 +48,13 @@ impl Term {
         command.arg("--config").arg(&self.config).args(args).current_dir(&self.project);
         for (name, _) in std::env::vars_os() {
             let text = name.to_string_lossy();
-            if text.starts_with("LATHE_") || text.starts_with("OPENAI_") || text == "NO_COLOR" {
+            if crate::support::agent_env::scrubbed(&text) || text == "NO_COLOR" {
                 command.env_remove(&name);
             }
         }
-        command
-            .env("HOME", self.home.path())
-            .env("XDG_CONFIG_HOME", self.home.path().join(".config"))
-            .env("XDG_DATA_HOME", self.home.path().join(".local").join("share"))
-            .env("NO_PROXY", "127.0.0.1,localhost,::1")
-            .env("no_proxy", "127.0.0.1,localhost,::1");
+        // The one description of an agent's environment (on Windows it also
+        // moves %APPDATA%, %LOCALAPPDATA% and the sessions under the home).
+        command.envs(crate::support::agent_env::environment(self.home.path(), &[]));
         command
     }
 
@@ -83,8 +80,16 @@ impl Term {
     /// so it has no controlling terminal whatever the test's is: no one to ask.
     pub async fn exec_without_terminal(&self, args: &[&str]) -> Output {
         let inner = self.std_command(&[&["exec"], args].concat());
-        let mut command = tokio::process::Command::new("setsid");
-        command.arg("-w").arg(inner.get_program()).args(inner.get_args());
+        // Windows has no controlling terminal to shed: with stdin not a
+        // console, nobody can be asked.
+        let mut command = if cfg!(windows) {
+            tokio::process::Command::new(inner.get_program())
+        } else {
+            let mut setsid = tokio::process::Command::new("setsid");
+            setsid.arg("-w").arg(inner.get_program());
+            setsid
+        };
+        command.args(inner.get_args());
         for (name, value) in inner.get_envs() {
             match value {
                 Some(value) => command.env(name, value),

@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 
 use crate::support::acp_client::{final_status, prompt, updates_for, updates_of_kind};
 use crate::support::clock::{FrozenClock, poll_until};
+use crate::support::commands;
 use crate::support::editor::{FakeEditor, Permission};
 use crate::support::harness::Harness;
 use crate::support::live_processes;
@@ -201,9 +202,19 @@ async fn always_allow_for_a_command_covers_only_what_it_says() {
     write(h.home.path(), "secret.txt", "top secret\n");
     let session = h.session().await;
     let outside = h.home.path().join("secret.txt");
-    h.mock.push(tool_call_reply(&[("call_1", "shell", json!({"command": "cat README.md"}))]));
-    h.mock.push(tool_call_reply(&[("call_2", "shell", json!({"command": "cat -n README.md"}))]));
-    h.mock.push(tool_call_reply(&[("call_3", "shell", json!({"command": format!("cat {}", outside.display())}))]));
+    // `cat` is a read-only program the rules know by name; cmd.exe's `type`
+    // is not (they read POSIX words, tools/shell/rules.rs): on Windows the
+    // rule is the exact command, which covers that command again and not
+    // the same program on a file outside.
+    let (again, rule) = if cfg!(windows) {
+        ("type README.md", "`type README.md`")
+    } else {
+        ("cat -n README.md", "`cat …` inside the project")
+    };
+    let read_outside = format!("{} {}", commands::READ_PROGRAM, outside.display());
+    h.mock.push(tool_call_reply(&[("call_1", "shell", json!({"command": commands::read("README.md")}))]));
+    h.mock.push(tool_call_reply(&[("call_2", "shell", json!({"command": again}))]));
+    h.mock.push(tool_call_reply(&[("call_3", "shell", json!({"command": read_outside}))]));
     h.mock.push(text_reply("done"));
     let mut editor = FakeEditor::answering(&[Permission::Select("allow_always"), Permission::Select("reject_once")]);
     let (before, response) = run(&mut h, &session, &mut editor).await;
@@ -211,7 +222,7 @@ async fn always_allow_for_a_command_covers_only_what_it_says() {
     let asked = editor.requests_for("session/request_permission");
     let asked_ids: Vec<&Value> = asked.iter().map(|r| &r["params"]["toolCall"]["toolCallId"]).collect();
     assert_eq!(asked_ids, ["call_1", "call_3"], "the covered call did not ask; the outside one did");
-    assert_eq!(asked[0]["params"]["options"][1]["name"], "Always allow `cat …` inside the project for this session");
+    assert_eq!(asked[0]["params"]["options"][1]["name"], format!("Always allow {rule} for this session"));
     assert_eq!(final_status(&before, "call_2"), "completed");
     assert!(!tool_result(&h.mock.requests()[3].body, "call_3").contains("top secret"));
 }
@@ -388,8 +399,8 @@ async fn cancel_kills_a_running_local_command_and_its_children() {
     let mut h = Harness::start().await;
     let session = h.session().await;
     set_mode(&mut h, &session, "full-auto").await;
-    let marker = format!("60.{}", std::process::id());
-    let command = format!("sleep {marker} & sleep {marker}; echo never");
+    let sleeper = commands::sleeper("60");
+    let command = commands::then(&commands::two_sleepers(&sleeper), &commands::print("never"));
     h.mock.push(tool_call_reply(&[("call_s", "shell", json!({"command": command}))]));
     let id = prompt(&mut h.agent, &session, "wait a minute").await;
     loop {
@@ -398,13 +409,13 @@ async fn cancel_kills_a_running_local_command_and_its_children() {
             break;
         }
     }
-    poll_until("both sleeps run", WAIT, || live_processes(&format!("sleep {marker}")).len() == 2).await;
+    poll_until("both sleeps run", WAIT, || live_processes(&sleeper.process).len() == 2).await;
     h.agent.notify("session/cancel", json!({"sessionId": session})).await;
     let (after, response) = h.agent.response(id).await;
     assert_eq!(clock.elapsed(), Duration::ZERO, "answered without waiting out a timer");
     assert_eq!(response["result"]["stopReason"], "cancelled");
     assert_eq!(final_status(&after, "call_s"), "failed");
-    assert!(live_processes(&format!("sleep {marker}")).is_empty(), "no process survives");
+    assert!(live_processes(&sleeper.process).is_empty(), "no process survives");
 }
 
 /// Cancelling a command running in an editor terminal releases the terminal before answering.
