@@ -116,11 +116,10 @@ fn started_pids(log: &Path) -> Vec<i32> {
     read_log(log).iter().filter_map(|l| l.strip_prefix("start:")).filter_map(|pid| pid.parse().ok()).collect()
 }
 
+/// Whether `pid` lives (a zombie, exited but not yet reaped, does not):
+/// `/proc` on Linux, the system's process list on Windows.
 fn alive(pid: i32) -> bool {
-    // Signal 0 checks existence; a zombie (exited, not yet reaped) does not count as alive.
-    let status = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let state = status.rsplit(')').next().and_then(|rest| rest.split_whitespace().next()).unwrap_or("");
-    !status.is_empty() && state != "Z" && state != "X"
+    u32::try_from(pid).is_ok_and(crate::support::commands::alive)
 }
 
 async fn wait_dead(pid: i32) {

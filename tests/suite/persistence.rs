@@ -96,6 +96,16 @@ async fn saved_session(h: &mut Harness) -> String {
 /// at most a small, fixed number of logs open between them.
 #[tokio::test]
 async fn session_log_handles_are_closed_with_their_sessions() {
+    // (Under wine, `/proc/self/fd` is Linux's, seen through drive Z:, while
+    // the agent's pid is a Windows one: so the system is asked first.)
+    if cfg!(windows) {
+        testing::skipped(
+            "counting a process's open files",
+            "Windows has no /proc/<pid>/fd; its handle count mixes files with threads, events and keys, and which \
+             handles are the checkpoints' cannot be told without /proc's link targets",
+        );
+        return;
+    }
     if !Path::new("/proc/self/fd").is_dir() {
         testing::skipped("counting a process's open files", "no /proc/<pid>/fd on this system");
         return;
