@@ -483,30 +483,8 @@ async fn exec_without_a_terminal_skips_untrusted_project_hooks() {
     let hooks =
         format!("[[UserPromptSubmit]]\ncommand = {}\n", quoted(&commands::write("ran", &ran.display().to_string())));
     write(&term.project, ".lathe/hooks.toml", &hooks);
-    let exec = |term: &super::term_exec::Term| {
-        // A new session without a controlling terminal: /dev/tty cannot be
-        // opened. (Windows has no controlling terminal to shed: with stdin
-        // not a console, nobody can be asked.)
-        let inner = term.std_command(&["exec", "hello"]);
-        let mut command = if cfg!(windows) {
-            tokio::process::Command::new(inner.get_program())
-        } else {
-            let mut setsid = tokio::process::Command::new("setsid");
-            setsid.arg("--wait").arg(inner.get_program());
-            setsid
-        };
-        command.args(inner.get_args());
-        command.current_dir(inner.get_current_dir().unwrap());
-        for (name, value) in inner.get_envs() {
-            match value {
-                Some(value) => command.env(name, value),
-                None => command.env_remove(name),
-            };
-        }
-        command.stdin(std::process::Stdio::null()).kill_on_drop(true).output()
-    };
     term.mock.push(text_reply("hi"));
-    let output = tokio::time::timeout(Duration::from_secs(60), exec(&term)).await.unwrap().unwrap();
+    let output = term.exec_without_terminal(&["hello"]).await;
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
     assert!(!ran.exists(), "an untrusted project hook never runs");
@@ -525,7 +503,7 @@ async fn exec_without_a_terminal_skips_untrusted_project_hooks() {
         &format!("project = {}\nsha256 = \"{hash}\"\n", quoted(&root.display().to_string())),
     );
     term.mock.push(text_reply("hi"));
-    let output = tokio::time::timeout(Duration::from_secs(60), exec(&term)).await.unwrap().unwrap();
+    let output = term.exec_without_terminal(&["hello"]).await;
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     assert!(ran.exists(), "a trusted set runs in exec too");
 }

@@ -211,18 +211,7 @@ pub fn decode(encoded: &std::ffi::OsStr) -> Vec<Granted> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn tree(root: &Path, paths: &[&str]) {
-        for path in paths {
-            let path = root.join(path);
-            if path.to_string_lossy().ends_with('/') {
-                std::fs::create_dir_all(&path).unwrap();
-            } else {
-                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-                std::fs::write(&path, "x").unwrap();
-            }
-        }
-    }
+    use crate::platform::sandbox::secrets::tests::tree;
 
     /// Whether `top` is on a file system whose lists can be kept (the
     /// test's temp dir might not be).

@@ -313,7 +313,7 @@ fn shares(counts: &[usize], budget: usize) -> Vec<usize> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     /// Whether the read allow-list means anything here: it is what Landlock
@@ -365,7 +365,9 @@ mod tests {
         assert!(!paths.iter().any(|path| path.starts_with(home.join(".ssh"))));
     }
 
-    fn tree(root: &Path, paths: &[&str]) {
+    /// Makes `paths` beneath `root`: a path ending in `/` a folder, any
+    /// other a file holding `x`.
+    pub(in crate::platform::sandbox) fn tree(root: &Path, paths: &[&str]) {
         for path in paths {
             let path = root.join(path);
             if path.to_string_lossy().ends_with('/') {
